@@ -1,0 +1,399 @@
+"""Mixed-precision attention over a token-pool KV store (paper App. B.2, B.5).
+
+Per layer the store keeps a HIGH pool of bf16 K/V rows and a LOW pool of packed INT4 rows
+(``int4.py`` format, fp16 scales); each sequence owns a ragged list of slots in each pool plus the
+absolute position of every slot's token. A batch of B sequences is attended at once: their
+queries (and the current chunk's K/V, same layout) are concatenated along the token axis.
+
+Each query of sequence b sees b's high keys, b's low keys (dequantized block by block, never the
+whole pool) and b's current-chunk keys, restricted to ``key_position <= query_position``: this makes
+the chunk causal and stays right across gaps left by released tokens. GQA maps query head ``h``
+to KV head ``h // (Hq // Hkv)``. All parts share ONE softmax, merged online in fp32
+(running max / running sum), i.e. ``o = sum_j e^{v_j - v} u_j / sum_j e^{v_j - v} l_j``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pask_agent.kernels.int4 import BACKENDS, packed_dim, unpack_int4_unchecked
+
+__all__ = [
+    "LOW_BLOCK",
+    "KeyScores",
+    "PoolView",
+    "mixed_attention",
+    "mixed_attention_ref",
+    "mixed_attention_triton",
+]
+
+LOW_BLOCK = 256
+"""Low-pool keys dequantized at a time by the reference (bounds the fp32 scratch per step)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """One pool's slots for B sequences; sequence b owns ``slots[offsets[b]:offsets[b+1]]``.
+
+    Attributes
+    ----------
+    slots : torch.Tensor
+        ``[M]`` int64 slot ids (rows of the pool storage) of all sequences, concatenated.
+    offsets : torch.Tensor
+        ``[B + 1]`` int64 on the CPU, non-decreasing, ``offsets[0] == 0``, ``offsets[B] == M``.
+    positions : torch.Tensor
+        ``[M]`` int64 absolute token positions of those keys (they decide causal visibility).
+    """
+
+    slots: torch.Tensor
+    offsets: torch.Tensor
+    positions: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class KeyScores:
+    """Attention mass each key received, for H2O-style accumulators.
+
+    Each entry is the softmax probability summed over all queries of the key's sequence and over
+    the query heads of the KV group, so per sequence and KV head the entries sum to
+    ``n_queries * (Hq // Hkv)``.
+
+    Attributes
+    ----------
+    high : torch.Tensor
+        ``[Mh, Hkv]`` float32, aligned with ``PoolView.slots`` of the high pool.
+    low : torch.Tensor
+        ``[Ml, Hkv]`` float32, aligned with the low pool's slots.
+    cur : torch.Tensor
+        ``[T, Hkv]`` float32, aligned with the current chunk's tokens.
+    """
+
+    high: torch.Tensor
+    low: torch.Tensor
+    cur: torch.Tensor
+
+
+def _offsets(name: str, offsets: torch.Tensor, total: int) -> list[int]:
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1 or offsets.numel() < 2:
+        raise ValueError(f"{name} must be a 1-D tensor of B + 1 >= 2 offsets")
+    if offsets.is_floating_point() or offsets.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {offsets.dtype}")
+    values = offsets.tolist()
+    if values[0] != 0 or values[-1] != total:
+        raise ValueError(
+            f"{name} must start at 0 and end at {total}, got {values[0]}..{values[-1]}"
+        )
+    if any(b < a for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"{name} must be non-decreasing, got {values}")
+    return values
+
+
+def _check_index(name: str, index: torch.Tensor, length: int | None = None) -> None:
+    if not isinstance(index, torch.Tensor) or index.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor")
+    if index.is_floating_point() or index.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer (int64) tensor, got {index.dtype}")
+    if length is not None and index.shape[0] != length:
+        raise ValueError(f"{name} has {index.shape[0]} entries, expected {length}")
+
+
+def _check_shape(name: str, t: torch.Tensor, shape: tuple[int | None, ...]) -> None:
+    ok = t.dim() == len(shape) and all(
+        s is None or s == n for s, n in zip(shape, t.shape, strict=True)
+    )
+    if not ok:
+        want = tuple("N" if s is None else s for s in shape)
+        raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
+
+
+def check_attention_inputs(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+) -> tuple[list[int], list[int], list[int]]:
+    """Validate shapes/dtypes; return the query, high and low offsets as Python lists."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 3 or not q.is_floating_point():
+        raise ValueError("q must be a floating-point tensor of shape [T, Hq, D]")
+    n_tok, n_qh, dim = q.shape
+    if cur_k.dim() != 3 or cur_k.shape[0] != n_tok or cur_k.shape[2] != dim:
+        raise ValueError(
+            f"cur_k must have shape [T={n_tok}, Hkv, D={dim}], got {tuple(cur_k.shape)}"
+        )
+    n_kvh = cur_k.shape[1]
+    if n_kvh == 0 or n_qh % n_kvh:
+        raise ValueError(f"query heads ({n_qh}) must be a multiple of KV heads ({n_kvh}) for GQA")
+    _check_shape("cur_v", cur_v, (n_tok, n_kvh, dim))
+    _check_shape("high_k", high_k, (None, n_kvh, dim))
+    _check_shape("high_v", high_v, (high_k.shape[0], n_kvh, dim))
+    nbytes = packed_dim(dim)
+    _check_shape("low_k_codes", low_k_codes, (None, n_kvh, nbytes))
+    n_low = low_k_codes.shape[0]
+    _check_shape("low_v_codes", low_v_codes, (n_low, n_kvh, nbytes))
+    _check_shape("low_k_scales", low_k_scales, (n_low, n_kvh, 1))
+    _check_shape("low_v_scales", low_v_scales, (n_low, n_kvh, 1))
+    for name, t in (("cur_k", cur_k), ("cur_v", cur_v), ("high_k", high_k), ("high_v", high_v)):
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got {t.dtype}")
+    for name, t in (("low_k_codes", low_k_codes), ("low_v_codes", low_v_codes)):
+        if t.dtype != torch.uint8:
+            raise TypeError(f"{name} must be uint8 packed INT4 codes, got {t.dtype}")
+    _check_index("q_pos", q_pos, n_tok)
+    q_off = _offsets("q_offsets", q_offsets, n_tok)
+    pools = []
+    for name, view in (("high", high), ("low", low)):
+        if not isinstance(view, PoolView):
+            raise TypeError(f"{name} must be a PoolView, got {type(view).__name__}")
+        _check_index(f"{name}.slots", view.slots)
+        _check_index(f"{name}.positions", view.positions, view.slots.shape[0])
+        pools.append(_offsets(f"{name}.offsets", view.offsets, view.slots.shape[0]))
+        if len(pools[-1]) != len(q_off):
+            raise ValueError(
+                f"{name}.offsets describes {len(pools[-1]) - 1} sequences but q_offsets "
+                f"describes {len(q_off) - 1}"
+            )
+    return q_off, pools[0], pools[1]
+
+
+class _OnlineSoftmax:
+    """Running max / sum / weighted values of one sequence, per (KV head, query row)."""
+
+    def __init__(self, n_kvh: int, n_rows: int, dim: int, device: torch.device) -> None:
+        # finite start: a block whose keys are all masked then leaves the state unchanged
+        # (exp(-inf - m) = 0, alpha = 1) without an inf - inf
+        self.m = torch.full((n_kvh, n_rows), -1.0e30, device=device)
+        self.l = torch.zeros((n_kvh, n_rows), device=device)
+        self.acc = torch.zeros((n_kvh, n_rows, dim), device=device)
+
+    def add(self, scores: torch.Tensor, v: torch.Tensor) -> None:
+        """``scores [Hkv, R, N]`` (masked keys at -inf), ``v [Hkv, N, D]`` fp32."""
+        m_new = torch.maximum(self.m, scores.amax(dim=-1))  # [Hkv, R]
+        alpha = torch.exp(self.m - m_new)  # rescales what was accumulated so far
+        p = torch.exp(scores - m_new[..., None])  # [Hkv, R, N]
+        self.l = self.l * alpha + p.sum(dim=-1)
+        self.acc = self.acc * alpha[..., None] + torch.matmul(p, v)
+        self.m = m_new
+
+
+def _scores(
+    qg: torch.Tensor, q_rows_pos: torch.Tensor, k: torch.Tensor, k_pos: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """``qg [Hkv, R, D]``, ``k [Hkv, N, D]`` -> masked scaled scores ``[Hkv, R, N]``."""
+    s = torch.matmul(qg, k.transpose(1, 2)) * scale
+    visible = k_pos[None, :] <= q_rows_pos[:, None]  # [R, N]
+    return s.masked_fill(~visible, float("-inf"))
+
+
+def _key_mass(scores: torch.Tensor, state: _OnlineSoftmax) -> torch.Tensor:
+    """Final probabilities of ``scores [Hkv, R, N]`` summed over query rows -> ``[N, Hkv]``."""
+    p = torch.exp(scores - state.m[..., None]) / state.l[..., None]
+    return p.sum(dim=1).transpose(0, 1)
+
+
+def mixed_attention_ref(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+    return_key_scores: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
+    """Attention of B ragged sequences over high (bf16), low (INT4) and current K/V (reference).
+
+    This is also the CPU production path: a Python loop over sequences and low-pool blocks,
+    batched matmuls over gathered rows everywhere else, fp32 throughout.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``[T, Hq, D]`` queries of the B sequences concatenated (any float dtype).
+    q_offsets : torch.Tensor
+        ``[B + 1]`` int64 (CPU): sequence b owns tokens ``q_offsets[b]:q_offsets[b+1]``.
+    q_pos : torch.Tensor
+        ``[T]`` int64 absolute positions of the queries (and of the current keys).
+    cur_k, cur_v : torch.Tensor
+        ``[T, Hkv, D]`` the current chunk's keys/values, same token layout as ``q``.
+    high_k, high_v : torch.Tensor
+        ``[Nh, Hkv, D]`` bf16 pool storage; ``high`` selects each sequence's rows.
+    low_k_codes, low_v_codes : torch.Tensor
+        ``[Nl, Hkv, ceil(D/2)]`` uint8 packed INT4 (App. B.5).
+    low_k_scales, low_v_scales : torch.Tensor
+        ``[Nl, Hkv, 1]`` fp16 row scales; ``low`` selects each sequence's rows.
+    scale : float
+        Softmax temperature applied to ``q . k`` (usually ``D ** -0.5``).
+    return_key_scores : bool
+        Also return :class:`KeyScores` (attention mass per key).
+
+    Returns
+    -------
+    torch.Tensor or (torch.Tensor, KeyScores)
+        ``[T, Hq, D]`` float32 attention output (and the key scores if asked).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Inconsistent shapes, offsets or dtypes (the message names the argument).
+    """
+    q_off, h_off, l_off = check_attention_inputs(
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+    )  # fmt: skip
+    n_tok, n_qh, dim = q.shape
+    n_kvh = cur_k.shape[1]
+    group = n_qh // n_kvh
+    out = torch.empty((n_tok, n_qh, dim), dtype=torch.float32, device=q.device)
+    if return_key_scores:
+        mass_high = torch.zeros((high.slots.shape[0], n_kvh), device=q.device)
+        mass_low = torch.zeros((low.slots.shape[0], n_kvh), device=q.device)
+        mass_cur = torch.zeros((n_tok, n_kvh), device=q.device)
+
+    for b in range(len(q_off) - 1):
+        t0, t1 = q_off[b], q_off[b + 1]
+        n_q = t1 - t0
+        if n_q == 0:
+            continue
+        # [Tb, Hq, D] -> [Hkv, G*Tb, D]; row r = g*Tb + t
+        qg = q[t0:t1].float().reshape(n_q, n_kvh, group, dim).permute(1, 2, 0, 3)
+        qg = qg.reshape(n_kvh, group * n_q, dim)
+        rows_pos = q_pos[t0:t1].repeat(group)  # [G*Tb]
+        state = _OnlineSoftmax(n_kvh, group * n_q, dim, q.device)
+        kept: list[tuple[torch.Tensor, torch.Tensor, int]] = []  # (mass target, scores, start)
+
+        # the high rows and the current chunk form one block: keys [Hkv, Nh + Tb, D]
+        h0, h1 = h_off[b], h_off[b + 1]
+        idx = high.slots[h0:h1]
+        k = torch.cat((high_k[idx].float(), cur_k[t0:t1].float())).transpose(0, 1)
+        v = torch.cat((high_v[idx].float(), cur_v[t0:t1].float())).transpose(0, 1)
+        k_pos = torch.cat((high.positions[h0:h1], q_pos[t0:t1]))
+        s = _scores(qg, rows_pos, k, k_pos, scale)
+        state.add(s, v)
+        if return_key_scores:
+            kept.append((mass_high, s[..., : h1 - h0], h0))
+            kept.append((mass_cur, s[..., h1 - h0 :], t0))
+
+        l0, l1 = l_off[b], l_off[b + 1]
+        if l1 > l0:
+            # gather the packed bytes once (cheap: D/2 bytes a row), dequantize block by block
+            idx = low.slots[l0:l1]
+            k_codes, k_scales = low_k_codes[idx], low_k_scales[idx]
+            v_codes, v_scales = low_v_codes[idx], low_v_scales[idx]
+        for s0 in range(0, l1 - l0, LOW_BLOCK):
+            s1 = min(s0 + LOW_BLOCK, l1 - l0)
+            k = unpack_int4_unchecked(k_codes[s0:s1], k_scales[s0:s1], dim).transpose(0, 1)
+            v = unpack_int4_unchecked(v_codes[s0:s1], v_scales[s0:s1], dim).transpose(0, 1)
+            s = _scores(qg, rows_pos, k, low.positions[l0 + s0 : l0 + s1], scale)
+            state.add(s, v)
+            if return_key_scores:
+                kept.append((mass_low, s, l0 + s0))
+
+        o = state.acc / state.l[..., None]  # [Hkv, G*Tb, D]
+        out[t0:t1] = o.reshape(n_kvh, group, n_q, dim).permute(2, 0, 1, 3).reshape(n_q, n_qh, dim)
+        for target, s, start in kept:
+            target[start : start + s.shape[-1]] = _key_mass(s, state)
+
+    if return_key_scores:
+        return out, KeyScores(high=mass_high, low=mass_low, cur=mass_cur)
+    return out
+
+
+def mixed_attention_triton(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+    return_key_scores: bool = False,
+) -> torch.Tensor:
+    """Triton version of :func:`mixed_attention_ref` (same inputs and output, no key scores).
+
+    One program per (query token, KV head) serves the whole GQA group: it walks the sequence's
+    high slots, then its low slots (bytes unpacked and scaled in-kernel), then the current chunk,
+    with one online softmax.
+
+    Raises
+    ------
+    ValueError
+        ``return_key_scores=True`` (use the torch reference), or inconsistent inputs.
+    """
+    if return_key_scores:
+        raise ValueError(
+            "mixed_attention_triton does not return key scores; call mixed_attention_ref "
+            "(or mixed_attention(..., backend='torch')) when a policy needs them"
+        )
+    q_off, _, _ = check_attention_inputs(
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+    )  # fmt: skip
+    from pask_agent.kernels._attention_triton import launch_mixed_attention  # lazy: triton
+
+    return launch_mixed_attention(
+        q, q_off, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low, scale=scale,
+    )  # fmt: skip
+
+
+def mixed_attention(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+    return_key_scores: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
+    """Dispatch to the Triton kernel ("auto" on CUDA, or "triton") or the torch reference.
+
+    Key scores always come from the reference ("auto" picks it when they are asked for).
+    See :func:`mixed_attention_ref` for arguments; an unknown backend raises ValueError.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown kernel backend {backend!r}; valid backends: {list(BACKENDS)}")
+    args = (
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+    )  # fmt: skip
+    use_triton = backend == "triton" or (backend == "auto" and q.is_cuda and not return_key_scores)
+    if use_triton:
+        return mixed_attention_triton(*args, scale=scale, return_key_scores=return_key_scores)
+    return mixed_attention_ref(*args, scale=scale, return_key_scores=return_key_scores)

@@ -1,0 +1,164 @@
+"""KV store mechanics on a tiny random model: parity, eviction, INT4, reclaiming, accounting."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pask_agent.errors import KVStoreError
+from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
+from pask_agent.policy.actions import Action, LayerGroups
+from pask_agent.runtime.generate import greedy_generate
+from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.seam import PaskCache, forward_step
+
+
+def _prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 512, (n,), generator=g).tolist() for n in lengths]
+
+
+def _store(model, sinks: int = 4, window: int = 8, cap: int = 16) -> KVStore:
+    return KVStore(KVLayout.from_config(model.config),
+                   StoreConfig(sinks=sinks, window=window, initial_capacity=cap))
+
+
+def _hf_logits(model, ids: list[int], mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Stock sdpa forward over the whole sequence; ``mask`` [T, T] bool = may attend."""
+    model.set_attn_implementation("sdpa")
+    x = torch.tensor([ids])
+    attn = None
+    if mask is not None:
+        attn = torch.zeros(1, 1, len(ids), len(ids)).masked_fill(~mask, float("-inf"))
+    with torch.inference_mode():
+        return model(input_ids=x, attention_mask=attn).logits[0].float()
+
+
+def test_layer_groups_follow_appendix_a2() -> None:
+    g = LayerGroups.for_layers(24)
+    assert (g.b1, g.b2) == (8, 16)
+    assert [len(g.layers_of(i)) for i in range(3)] == [8, 8, 8]
+    g = LayerGroups.for_layers(30)
+    assert (g.b1, g.b2) == (10, 20)
+    g = LayerGroups.for_layers(32)  # LLaMA-3.1-8B in the paper: 0-10 / 11-21 / 22-31
+    assert (g.b1, g.b2) == (11, 22)
+
+
+def test_batched_full_kv_matches_hf_per_prompt(tiny_model) -> None:
+    prompts = _prompts([5, 23, 11])
+    gens = greedy_generate(tiny_model, _store(tiny_model), prompts, max_new_tokens=12,
+                           keep_logits=True)
+    for prompt, gen in zip(prompts, gens, strict=True):
+        seq = prompt + list(gen.token_ids)
+        ref = _hf_logits(tiny_model, seq)
+        # step i's logits come from row len(prompt) - 1 + i of the full-sequence forward
+        for i, logits in enumerate(gen.step_logits):
+            row = ref[len(prompt) - 1 + i]
+            assert torch.allclose(logits, row, atol=2e-3), (i, (logits - row).abs().max())
+            if i < len(gen.token_ids):
+                assert int(row.argmax()) == gen.token_ids[i]
+
+
+def test_release_after_window_equals_masked_reference(tiny_model) -> None:
+    """Released tokens vanish from attention; survivors keep their absolute RoPE positions."""
+    sinks, window, n_prompt = 2, 5, 9
+    prompt = _prompts([n_prompt], seed=3)[0]
+    gen = greedy_generate(tiny_model, _store(tiny_model, sinks, window), [prompt],
+                          max_new_tokens=14, action=Action.R, keep_logits=True)[0]
+    seq = prompt + list(gen.token_ids)
+    n = len(seq)
+    mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
+    # A decode query at position i sees sinks, itself and keys at positions >= i - window:
+    # older ones were released when they left the window (the prefill chunk sees itself whole).
+    for i in range(n_prompt, n):
+        for j in range(sinks, i - window):
+            mask[i, j] = False
+    ref = _hf_logits(tiny_model, seq, mask)
+    for i, logits in enumerate(gen.step_logits):
+        row = ref[n_prompt - 1 + i]
+        assert torch.allclose(logits, row, atol=2e-3), (i, (logits - row).abs().max())
+
+
+def test_int4_and_release_bytes_are_exact(tiny_model) -> None:
+    layout = KVLayout.from_config(tiny_model.config)
+    sinks, window = 3, 4
+    for action in (Action.L, Action.R):
+        store = _store(tiny_model, sinks, window)
+        gen = greedy_generate(tiny_model, store, _prompts([30]), max_new_tokens=6, action=action)[0]
+        kv = gen.kv
+        n = kv.tokens
+        assert n == 30 + 6 - 1  # the last sampled token is never forwarded
+        old = n - sinks - window
+        per_layer = layout.num_layers
+        assert kv.high_bytes == (sinks + window) * per_layer * layout.high_row_bytes
+        assert kv.full_bytes == n * per_layer * layout.high_row_bytes
+        if action == Action.L:
+            assert kv.low_bytes == old * per_layer * layout.low_row_bytes
+            assert kv.scale_bytes == old * per_layer * layout.scale_row_bytes
+        else:
+            assert kv.low_bytes == kv.scale_bytes == 0
+        # peak was reached right after the 30-token prefill, before anything left the window
+        assert kv.peak_bytes == 30 * per_layer * layout.high_row_bytes
+        assert store.live_bytes() == 0  # the loop removes its sequences when done
+
+
+def test_per_group_actions_and_int4_rows(tiny_model) -> None:
+    store = _store(tiny_model, sinks=1, window=2)
+    cache = PaskCache(store)
+    from pask_agent.runtime.seam import use_pask_attention
+
+    use_pask_attention(tiny_model)
+    store.add_sequence("a")
+    prompt = _prompts([10])[0]
+    store.schedule_many("a", 0, [(Action.H, Action.L, Action.R)] * 10)
+    step = store.begin_step([("a", 10)])
+    # keep a copy of layer 3's (group 1) high rows before they are quantized
+    with torch.inference_mode():
+        forward_step(tiny_model, cache, step, torch.tensor(prompt))
+    slots = step.new_slots[1]
+    before_k = store.high_k[3].index_select(0, slots).clone()
+    store.end_step(step)
+    seq = store._seqs["a"]
+    assert sorted(seq.high[0].positions) == list(range(10))
+    assert sorted(seq.low[1].positions) == list(range(1, 8))
+    assert sorted(seq.high[1].positions) == [0, 8, 9]
+    assert sorted(seq.high[2].positions) == [0, 8, 9] and seq.low[2].positions == []
+    # the low pool holds exactly the B.5 quantization of the (bf16) high rows it replaced
+    for pos, slot in zip(seq.low[1].positions, seq.low[1].slots, strict=True):
+        codes, scales = quantize_int4_ref(before_k[pos])
+        assert torch.equal(store.low_k[3][slot], codes)
+        assert torch.equal(store.low_ks[3][slot], scales)
+        deq = dequantize_int4_ref(store.low_k[3][slot], store.low_ks[3][slot], 16)
+        assert (deq - before_k[pos].float()).abs().max() <= scales.float().max() / 2 + 1e-6
+    lay = store.layout
+    kv = store.report("a")
+    groups = store.groups
+    n0, n1, n2 = (len(groups.layers_of(g)) for g in range(3))
+    assert kv.high_bytes == (10 * n0 + 3 * n1 + 3 * n2) * lay.high_row_bytes
+    assert kv.low_bytes == 7 * n1 * lay.low_row_bytes
+
+
+def test_released_slots_are_reused_not_masked(tiny_model) -> None:
+    store = _store(tiny_model, sinks=2, window=4, cap=8)
+    greedy_generate(tiny_model, store, _prompts([6]), max_new_tokens=60, action=Action.R)
+    # 6 live tokens at most (+1 in flight) ever: the 8-slot pools never had to grow
+    assert store._high_alloc[0].capacity == 8
+    assert store.high_k[0].shape[0] == 8
+    store_full = _store(tiny_model, sinks=2, window=4, cap=8)
+    greedy_generate(tiny_model, store_full, _prompts([6]), max_new_tokens=60, action=Action.H)
+    assert store_full._high_alloc[0].capacity >= 64
+
+
+def test_store_errors_are_typed(tiny_model) -> None:
+    store = _store(tiny_model)
+    with pytest.raises(KVStoreError, match="unknown sequence"):
+        store.begin_step([("nope", 1)])
+    store.add_sequence("a")
+    with pytest.raises(KVStoreError, match="already exists"):
+        store.add_sequence("a")
+    with pytest.raises(KVStoreError, match="one action per layer group"):
+        store.schedule("a", 0, (Action.H,))
+    with pytest.raises(KVStoreError, match="at least one token"):
+        store.begin_step([("a", 0)])
+    with pytest.raises(KVStoreError):
+        StoreConfig(window=0)
