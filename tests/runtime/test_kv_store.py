@@ -19,8 +19,10 @@ def _prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:
 
 
 def _store(model, sinks: int = 4, window: int = 8, cap: int = 16) -> KVStore:
-    return KVStore(KVLayout.from_config(model.config),
-                   StoreConfig(sinks=sinks, window=window, initial_capacity=cap))
+    return KVStore(
+        KVLayout.from_config(model.config),
+        StoreConfig(sinks=sinks, window=window, initial_capacity=cap),
+    )
 
 
 def _hf_logits(model, ids: list[int], mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -46,8 +48,9 @@ def test_layer_groups_follow_appendix_a2() -> None:
 
 def test_batched_full_kv_matches_hf_per_prompt(tiny_model) -> None:
     prompts = _prompts([5, 23, 11])
-    gens = greedy_generate(tiny_model, _store(tiny_model), prompts, max_new_tokens=12,
-                           keep_logits=True)
+    gens = greedy_generate(
+        tiny_model, _store(tiny_model), prompts, max_new_tokens=12, keep_logits=True
+    )
     for prompt, gen in zip(prompts, gens, strict=True):
         seq = prompt + list(gen.token_ids)
         ref = _hf_logits(tiny_model, seq)
@@ -63,8 +66,14 @@ def test_release_after_window_equals_masked_reference(tiny_model) -> None:
     """Released tokens vanish from attention; survivors keep their absolute RoPE positions."""
     sinks, window, n_prompt = 2, 5, 9
     prompt = _prompts([n_prompt], seed=3)[0]
-    gen = greedy_generate(tiny_model, _store(tiny_model, sinks, window), [prompt],
-                          max_new_tokens=14, action=Action.R, keep_logits=True)[0]
+    gen = greedy_generate(
+        tiny_model,
+        _store(tiny_model, sinks, window),
+        [prompt],
+        max_new_tokens=14,
+        action=Action.R,
+        keep_logits=True,
+    )[0]
     seq = prompt + list(gen.token_ids)
     n = len(seq)
     mask = torch.tril(torch.ones(n, n, dtype=torch.bool))

@@ -20,15 +20,22 @@ def _check_parity(loaded, new_tokens: int = 64) -> float:
     stops = stop_token_ids(model, tok)
     ids = [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
     store = KVStore(KVLayout.from_config(model.config), StoreConfig(sinks=4, window=16))
-    gens = greedy_generate(model, store, ids, max_new_tokens=new_tokens, stop_ids=stops,
-                           keep_logits=True)  # the three prompts run batched
+    gens = greedy_generate(
+        model, store, ids, max_new_tokens=new_tokens, stop_ids=stops, keep_logits=True
+    )  # the three prompts run batched
     model.set_attn_implementation("sdpa")
     worst = 0.0
     for prompt, gen in zip(ids, gens, strict=True):
-        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False,
-                             eos_token_id=sorted(stops), pad_token_id=tok.eos_token_id,
-                             output_logits=True, return_dict_in_generate=True)
-        ref = [t for t in out.sequences[0, len(prompt):].tolist() if t not in stops]
+        out = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=sorted(stops),
+            pad_token_id=tok.eos_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        ref = [t for t in out.sequences[0, len(prompt) :].tolist() if t not in stops]
         assert list(gen.token_ids) == ref
         for ours, theirs in zip(gen.step_logits, out.logits, strict=False):
             worst = max(worst, float((ours - theirs[0].float()).abs().max()))

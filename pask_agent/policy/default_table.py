@@ -1,0 +1,196 @@
+"""A hand-written PASK table for the default model, so PASK runs before calibration exists.
+
+The choices follow the paper's intuition rather than measurements (``source: "hand-written"``;
+calibration replaces the file with a measured table):
+
+- decode: tokens that choose *what* is called — dispatch keys, required arguments, tokens in a
+  critical parser state and tokens right before a critical one (``lookahead_critical``) — get an
+  ``H`` floor in every layer group. Optional arguments and free text keep ``L``; pure scaffold
+  (separators, quotes, braces) is released (``R``), except separators in the lower group, even
+  when it sits inside a required argument (unless critical or lookahead-critical). SQL
+  schema identifiers (relations, projections) start at ``H`` with an ``L`` floor;
+- prefill: function names, parameter keys and enum constraints have an ``H`` floor, type
+  constraints an ``L`` floor; descriptions and scaffold may be released; instructions and the
+  request (``protected_content``) keep at least ``L`` and have the highest upgrade priority;
+- the scores are placeholders ordered by those intuitions (R→L ranks above L→H, lower layer
+  groups slightly above upper ones); the reserve assumes runs of 3/2/1 fully protected tokens
+  after critical/boundary/stable states: ``Γ(s; B_D) = k_s · (1 − B_D)`` in units of ``C_full``.
+
+Regenerate the committed file with ``python -m pask_agent.policy.default_table``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pask_agent.grammars.tags import CLASSES, NEXTS, SPAN_LABELS, VOCABULARIES, TagFamily
+from pask_agent.policy.actions import LayerGroups
+from pask_agent.policy.table import (
+    NUM_GROUPS,
+    DecodeEntry,
+    PolicyTable,
+    PrefillEntry,
+    Reserve,
+    ReserveRow,
+    tie_key,
+)
+
+DEFAULT_MODEL_ID = "Qwen2.5-Coder-0.5B-Instruct"
+# sha256 of tokenizer.json in the converted cache folder of the bundled default model
+# (`tokenizer_hash(resolve_model_dir("default"))`; a slow test re-checks it).
+DEFAULT_TOKENIZER_SHA256 = "870929f6937e07fc88e0bc62333a39c5fe97bcbea944ea9d3a6ffcf760ef360d"
+DEFAULT_TABLE_PATH = Path(__file__).resolve().parents[2] / "calibration_data/policies/default.json"
+
+_GROUP_WEIGHT = (1.0, 0.9, 0.8)
+_CLASS_WEIGHT = {"schema_bearing": 1.0, "free_generation": 0.6, "pure_scaffold": 0.2}
+_RESERVE_RUN = {"critical": 3.0, "boundary": 2.0, "stable": 1.0}
+_RESERVE_POOLED_RUN = 2.0
+_RESERVE_BUDGETS = (0.25, 0.33, 0.5, 0.75, 1.0)
+
+# Per role: (base, floor) per layer group. Roles absent here inherit their class entry.
+_ROLE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
+    "dispatch_key": (("H", "H"),) * 3,
+    "required": (("H", "H"),) * 3,
+    "optional": (("L", "R"),) * 3,
+    "scaffold_separator": (("L", "R"), ("R", "R"), ("R", "R")),
+    "relation": (("H", "L"),) * 3,
+    "projection": (("H", "L"),) * 3,
+    "predicate": (("L", "L"),) * 3,
+    "outside_schema": (("L", "R"),) * 3,
+}
+_CLASS_RULES: dict[str, tuple[tuple[str, str], ...]] = {
+    "schema_bearing": (("L", "L"),) * 3,
+    "free_generation": (("L", "R"),) * 3,
+    "pure_scaffold": (("R", "R"),) * 3,
+}
+_PROTECT = (("H", "H"),) * 3
+_DEFAULT_DECODE = (("L", "R"),) * 3
+
+# Prefill: label -> ((base, floor) per group, (R->L, L->H) priority before group weighting).
+_PREFILL_RULES: dict[str, tuple[tuple[tuple[str, str], ...], tuple[float, float]]] = {
+    "protected_content": ((("L", "L"),) * 3, (3.0, 1.5)),
+    "schema_scaffold": ((("L", "R"), ("R", "R"), ("R", "R")), (0.5, 0.1)),
+    "function_name": (_PROTECT, (3.0, 2.0)),
+    "parameter_key": (_PROTECT, (3.0, 2.0)),
+    "type_constraint": ((("L", "L"),) * 3, (1.5, 0.8)),
+    "enum_constraint": (_PROTECT, (3.0, 2.0)),
+    "schema_description": ((("L", "R"),) * 3, (1.0, 0.3)),
+}
+_DEFAULT_TIE_ORDER = (
+    [tie_key(c, "R->L") for c in range(NUM_GROUPS)]
+    + [tie_key(c, "L->H") for c in range(NUM_GROUPS)]
+    + [tie_key(c, "H->L") for c in reversed(range(NUM_GROUPS))]
+    + [tie_key(c, "L->R") for c in reversed(range(NUM_GROUPS))]
+)
+
+
+def _decode_entries(rules: tuple[tuple[str, str], ...], weight: float) -> list[DecodeEntry]:
+    out = []
+    for c, (base, floor) in enumerate(rules):
+        w = round(weight * _GROUP_WEIGHT[c], 6)
+        up = {"R->L": round(2 * w, 6), "L->H": w}
+        down = {"H->L": up["L->H"], "L->R": up["R->L"]}
+        out.append(DecodeEntry(base=base, floor=floor, upgrade=up, downgrade=down))
+    return out
+
+
+def _role_rule(cls: str, role: str) -> tuple[tuple[str, str], ...]:
+    # Quotes, colons and braces around a required key are scaffold: they keep the scaffold rule
+    # unless the parser marks them critical or lookahead-critical.
+    if cls == "pure_scaffold" and role != "scaffold_separator":
+        return _CLASS_RULES[cls]
+    return _ROLE_RULES[role]
+
+
+def _decode_buckets(families: tuple[TagFamily, ...]) -> dict[str, list[DecodeEntry]]:
+    buckets: dict[str, list[DecodeEntry]] = {}
+    for cls in CLASSES:
+        buckets[cls] = _decode_entries(_CLASS_RULES[cls], _CLASS_WEIGHT[cls])
+    for family in families:
+        vocab = VOCABULARIES[family]
+        for cls in CLASSES:
+            weight = _CLASS_WEIGHT[cls]
+            for role in vocab["role"]:
+                buckets[f"{cls}/{role}"] = _decode_entries(_role_rule(cls, role), weight)
+                if "critical" in vocab["state"]:
+                    buckets[f"{cls}/{role}/critical"] = _decode_entries(_PROTECT, weight)
+                for state in vocab["state"]:
+                    key = f"{cls}/{role}/{state}/{NEXTS[0]}"  # lookahead_critical
+                    buckets[key] = _decode_entries(_PROTECT, weight)
+    return buckets
+
+
+def _reserve(families: tuple[TagFamily, ...]) -> Reserve:
+    states = sorted({s for f in families for s in VOCABULARIES[f]["state"]})
+    rows = [
+        ReserveRow(
+            budget=b,
+            by_state={s: round(_RESERVE_RUN[s] * (1 - b), 6) for s in states},
+            pooled=round(_RESERVE_POOLED_RUN * (1 - b), 6),
+        )
+        for b in _RESERVE_BUDGETS
+    ]
+    return Reserve(beta=0.8, horizon=8, rows=rows)
+
+
+def build_default_table(
+    *,
+    model_id: str = DEFAULT_MODEL_ID,
+    tokenizer_hash: str = DEFAULT_TOKENIZER_SHA256,
+    num_layers: int = 24,
+    num_kv_heads: int = 2,
+    head_dim: int = 64,
+    families: tuple[TagFamily, ...] = ("function_calling", "sql"),
+    budget_decode: float = 0.33,
+    budget_prefill: float = 0.33,
+    sink_tokens: int = 4,
+    window_tokens: int = 16,
+) -> PolicyTable:
+    """The hand-written table; defaults describe Qwen2.5-Coder-0.5B-Instruct (24 layers, GQA-2).
+
+    Other models can reuse the same intuitions by passing their id, tokenizer hash and dims.
+    """
+    groups = LayerGroups.for_layers(num_layers)
+    prefill = {}
+    for label in SPAN_LABELS:
+        rules, (rl, lh) = _PREFILL_RULES[label]
+        prefill[label] = [
+            PrefillEntry(
+                base=base,
+                floor=floor,
+                priority={
+                    "R->L": round(rl * _GROUP_WEIGHT[c], 6),
+                    "L->H": round(lh * _GROUP_WEIGHT[c], 6),
+                },
+            )
+            for c, (base, floor) in enumerate(rules)
+        ]
+    return PolicyTable(
+        source="hand-written",
+        model_id=model_id,
+        tokenizer_hash=tokenizer_hash,
+        num_layers=num_layers,
+        layer_boundaries=(groups.b1, groups.b2),
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        families=list(families),
+        vocabularies={f: {k: list(v) for k, v in VOCABULARIES[f].items()} for f in families},
+        span_labels=list(SPAN_LABELS),
+        decode=_decode_buckets(families),
+        decode_default=_decode_entries(_DEFAULT_DECODE, 0.5),
+        prefill=prefill,
+        prefill_default=prefill["protected_content"],
+        tie_order=list(_DEFAULT_TIE_ORDER),
+        reserve=_reserve(families),
+        budget_decode=budget_decode,
+        budget_prefill=budget_prefill,
+        sink_tokens=sink_tokens,
+        window_tokens=window_tokens,
+        alpha_decode=0.01,
+        alpha_prefill=0.01,
+    )
+
+
+if __name__ == "__main__":
+    build_default_table().save(DEFAULT_TABLE_PATH)
+    print(f"wrote {DEFAULT_TABLE_PATH}")

@@ -1,0 +1,353 @@
+"""The frozen policy table: a versioned, checksummed JSON file (paper §3.4, App. A.2, A.4).
+
+Calibration writes one table per model; serving only reads it. The file records everything
+needed to reproduce a controller (App. A.4): the model and tokenizer it was calibrated for, the
+layer groups and payload conventions, the tag vocabularies, per-bucket base actions, protection
+floors and adjacent-move scores for decode (tag key × layer group) and prefill (span label ×
+layer group), fallback maps, the tie order, the reserve ``Γ(s; B_D)`` with ``β`` and ``K``, the
+stage budgets, sink and window sizes and the selection tolerances ``α``.
+
+Keys of ``decode`` are fallback keys of :meth:`pask_agent.grammars.tags.Tag.parents`:
+``"cls/role/state/next"``, ``"cls/role/state"``, ``"cls/role"`` or ``"cls"``. Every bucket holds
+one entry per layer group (lower, middle, upper).
+
+The ``checksum`` field is the SHA-256 of the canonical JSON body (all other fields, keys sorted,
+no whitespace), so a torn write or a hand edit is caught on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pask_agent.errors import PolicyTableError
+from pask_agent.grammars.tags import SPAN_LABELS, VOCABULARIES, TagFamily
+from pask_agent.policy.actions import LayerGroups
+
+SCHEMA_VERSION = 1
+NUM_GROUPS = 3
+ActionName = Literal["H", "L", "R"]
+UpMove = Literal["R->L", "L->H"]
+DownMove = Literal["H->L", "L->R"]
+UP_MOVES: tuple[str, ...] = ("R->L", "L->H")
+DOWN_MOVES: tuple[str, ...] = ("H->L", "L->R")
+MOVES: tuple[str, ...] = UP_MOVES + DOWN_MOVES
+QUANTIZER = "int4-symmetric-rowwise-fp16-scale"
+
+
+def tie_key(group: int, move: str) -> str:
+    """Serialized name of one candidate move in the tie order, e.g. ``"2:L->H"``."""
+    return f"{group}:{move}"
+
+
+ALL_TIE_KEYS: frozenset[str] = frozenset(tie_key(c, m) for c in range(NUM_GROUPS) for m in MOVES)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class DecodeEntry(_Frozen):
+    """One decode bucket × layer group: base action, floor and adjacent-move scores.
+
+    ``upgrade`` holds the stored distortion-reduction score of each adjacent promotion (higher
+    is promoted first); ``downgrade`` the score of each adjacent demotion (lower is demoted
+    first). A missing ``downgrade`` mirrors ``upgrade``: demoting H→L loses what L→H gains.
+    """
+
+    base: ActionName
+    floor: ActionName
+    upgrade: dict[UpMove, float]
+    downgrade: dict[DownMove, float]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mirror_downgrade(cls, data: Any) -> Any:
+        if (
+            isinstance(data, dict)
+            and "downgrade" not in data
+            and isinstance(data.get("upgrade"), dict)
+        ):
+            up = data["upgrade"]
+            data = {**data, "downgrade": {"H->L": up.get("L->H"), "L->R": up.get("R->L")}}
+        return data
+
+    @model_validator(mode="after")
+    def _complete(self) -> DecodeEntry:
+        if set(self.upgrade) != set(UP_MOVES) or set(self.downgrade) != set(DOWN_MOVES):
+            raise ValueError("upgrade needs 'R->L' and 'L->H'; downgrade needs 'H->L' and 'L->R'")
+        return self
+
+
+class PrefillEntry(_Frozen):
+    """One prefill bucket (span label × layer group): base, floor and upgrade priorities."""
+
+    base: ActionName
+    floor: ActionName
+    priority: dict[UpMove, float]
+
+    @model_validator(mode="after")
+    def _complete(self) -> PrefillEntry:
+        if set(self.priority) != set(UP_MOVES):
+            raise ValueError("priority needs both 'R->L' and 'L->H'")
+        return self
+
+
+class ReserveRow(_Frozen):
+    """``Γ(s; B_D)`` for one decode budget, in units of ``C_full`` (Full-KV bytes per token)."""
+
+    budget: float = Field(ge=0.0, le=1.0)
+    by_state: dict[str, float]
+    pooled: float = Field(ge=0.0, description="quantile over all states; used for unseen ones")
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> ReserveRow:
+        bad = {s: v for s, v in self.by_state.items() if v < 0}
+        if bad:
+            raise ValueError(f"reserves must be >= 0, got {bad}")
+        return self
+
+
+class Reserve(_Frozen):
+    """The reserve ``Γ(s; B_D) = Q_β(S^(K))`` per parser state (§3.5, App. B.6, E.4)."""
+
+    beta: float = Field(gt=0.0, le=1.0)
+    horizon: int = Field(ge=0)
+    unit: Literal["c_full"] = "c_full"
+    rows: list[ReserveRow] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sorted(self) -> Reserve:
+        budgets = [row.budget for row in self.rows]
+        if any(nxt <= cur for cur, nxt in zip(budgets, budgets[1:], strict=False)):
+            raise ValueError(f"reserve rows must have strictly increasing budgets, got {budgets}")
+        return self
+
+
+class PolicyTable(_Frozen):
+    """A frozen PASK policy (schema version 1). Load with :meth:`load`, write with :meth:`save`."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    source: str = Field(min_length=1, description="'hand-written' or 'calibrated'")
+    model_id: str = Field(min_length=1)
+    tokenizer_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    num_layers: int = Field(ge=3)
+    layer_boundaries: tuple[int, int]
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    quantizer: Literal["int4-symmetric-rowwise-fp16-scale"] = QUANTIZER
+    families: list[TagFamily] = Field(min_length=1)
+    vocabularies: dict[str, dict[str, list[str]]]
+    span_labels: list[str]
+    decode: dict[str, list[DecodeEntry]]
+    decode_default: list[DecodeEntry]
+    decode_fallback: dict[str, str] = {}
+    prefill: dict[str, list[PrefillEntry]]
+    prefill_default: list[PrefillEntry]
+    prefill_fallback: dict[str, str] = {}
+    tie_order: list[str]
+    reserve: Reserve
+    budget_decode: float = Field(ge=0.0, le=1.0)
+    budget_prefill: float = Field(ge=0.0, le=1.0)
+    sink_tokens: int = Field(ge=0)
+    window_tokens: int = Field(ge=0)
+    alpha_decode: float = Field(ge=0.0)
+    alpha_prefill: float = Field(ge=0.0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicyTable:
+        groups = LayerGroups.for_layers(self.num_layers)
+        if tuple(self.layer_boundaries) != (groups.b1, groups.b2):
+            raise ValueError(
+                f"layer_boundaries {list(self.layer_boundaries)} do not match App. A.2 for "
+                f"{self.num_layers} layers: expected [{groups.b1}, {groups.b2}]"
+            )
+        for family in self.families:
+            expected = {k: list(v) for k, v in VOCABULARIES[family].items()}
+            if self.vocabularies.get(family) != expected:
+                raise ValueError(
+                    f"vocabularies[{family!r}] differs from the tagger's vocabulary {expected}; "
+                    "the table was calibrated for another tag vocabulary: recalibrate"
+                )
+        if list(self.span_labels) != list(SPAN_LABELS):
+            raise ValueError(f"span_labels must be {list(SPAN_LABELS)}, got {self.span_labels}")
+        for key, entries in self.decode.items():
+            self._check_key(key)
+            _check_groups(f"decode[{key!r}]", entries)
+        _check_groups("decode_default", self.decode_default)
+        for key, target in self.decode_fallback.items():
+            self._check_key(key)
+            if target not in self.decode:
+                raise ValueError(f"decode_fallback[{key!r}] -> {target!r}: no such decode bucket")
+        for label, pentries in self.prefill.items():
+            if label not in SPAN_LABELS:
+                raise ValueError(f"prefill label {label!r} is not one of {list(SPAN_LABELS)}")
+            _check_groups(f"prefill[{label!r}]", pentries)
+        _check_groups("prefill_default", self.prefill_default)
+        for label, target in self.prefill_fallback.items():
+            if label not in SPAN_LABELS or target not in self.prefill:
+                raise ValueError(f"prefill_fallback[{label!r}] -> {target!r}: unknown label")
+        if len(self.tie_order) != len(ALL_TIE_KEYS) or set(self.tie_order) != ALL_TIE_KEYS:
+            raise ValueError(f"tie_order must list each of {sorted(ALL_TIE_KEYS)} exactly once")
+        states = {s for f in self.families for s in VOCABULARIES[f]["state"]}
+        for row in self.reserve.rows:
+            unknown = set(row.by_state) - states
+            if unknown:
+                raise ValueError(f"reserve row B_D={row.budget}: unknown states {sorted(unknown)}")
+        return self
+
+    def _check_key(self, key: str) -> None:
+        parts = key.split("/")
+        fields = ("cls", "role", "state", "next")
+        ok = 1 <= len(parts) <= 4 and any(
+            all(p in VOCABULARIES[f][fields[i]] for i, p in enumerate(parts)) for f in self.families
+        )
+        if not ok:
+            raise ValueError(
+                f"decode key {key!r} is not 'cls[/role[/state[/next]]]' in the vocabularies of "
+                f"{self.families}"
+            )
+
+    # ------------------------------------------------------------------ files
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body without the checksum."""
+        return self.model_dump(mode="json")
+
+    def checksum(self) -> str:
+        """SHA-256 of the canonical body (sorted keys, no whitespace)."""
+        canonical = json.dumps(self.body(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def to_json(self) -> str:
+        """The file text: the body in field order plus ``checksum``, innermost values inline."""
+        return _format({**self.body(), "checksum": self.checksum()}, depth=0) + "\n"
+
+    def save(self, path: str | Path) -> None:
+        """Write the table; ``load`` of the result gives an equal table and the same text."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(self.to_json(), encoding="utf-8")
+        tmp.replace(target)  # atomic: a reader never sees half a table
+
+    @classmethod
+    def from_json(cls, text: str, *, origin: str = "<string>") -> PolicyTable:
+        """Parse and validate table text (no model check); see :meth:`load`."""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PolicyTableError(
+                f"{origin}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                "the file is truncated or corrupt: restore it or rerun calibration"
+            ) from exc
+        if not isinstance(raw, dict):
+            raise PolicyTableError(f"{origin}: expected a JSON object, got {type(raw).__name__}")
+        stored = raw.pop("checksum", None)
+        if not isinstance(stored, str):
+            raise PolicyTableError(
+                f"{origin}: missing 'checksum' field; write tables with PolicyTable.save()"
+            )
+        if raw.get("schema_version") != SCHEMA_VERSION:
+            raise PolicyTableError(
+                f"{origin}: schema_version {raw.get('schema_version')!r} is not supported "
+                f"(this pask-agent reads version {SCHEMA_VERSION}); recalibrate the table"
+            )
+        try:
+            table = cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+                for err in exc.errors()[:5]
+            )
+            raise PolicyTableError(
+                f"{origin}: schema violation ({exc.error_count()} problem(s)): {problems}; "
+                "fix the file or rerun calibration"
+            ) from exc
+        actual = table.checksum()
+        if actual != stored:
+            raise PolicyTableError(
+                f"{origin}: checksum mismatch (file says {stored[:12]}…, content hashes to "
+                f"{actual[:12]}…): the file was edited or corrupted; restore it, or re-save it "
+                "with PolicyTable.save() if the edit was intended"
+            )
+        return table
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        model_id: str,
+        tokenizer_hash: str,
+        allow_transfer: bool = False,
+    ) -> PolicyTable:
+        """Load and check a table for the model that will use it.
+
+        Raises
+        ------
+        PolicyTableError
+            Unreadable file, bad JSON, schema violation, checksum mismatch, or a table made for
+            another model or tokenizer while ``allow_transfer`` is False.
+        """
+        source = Path(path)
+        try:
+            text = source.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PolicyTableError(f"{source}: cannot read policy table ({exc})") from exc
+        table = cls.from_json(text, origin=str(source))
+        if not allow_transfer and (
+            table.model_id != model_id or table.tokenizer_hash != tokenizer_hash
+        ):
+            raise PolicyTableError(
+                f"{source}: table was calibrated for model {table.model_id!r} (tokenizer "
+                f"{table.tokenizer_hash[:12]}…), not {model_id!r} (tokenizer "
+                f"{tokenizer_hash[:12]}…); calibrate for this model, or pass allow_transfer=True "
+                "to reuse it on purpose (paper §4.5)"
+            )
+        return table
+
+
+def _check_groups(where: str, entries: list[Any]) -> None:
+    if len(entries) != NUM_GROUPS:
+        raise ValueError(f"{where} needs {NUM_GROUPS} entries (one per layer group)")
+
+
+def _format(value: Any, *, depth: int) -> str:
+    # Two levels of indentation, then compact: one bucket per line keeps diffs readable.
+    if depth >= 2 or not isinstance(value, dict) or not value:
+        return json.dumps(value, separators=(", ", ": "), allow_nan=False)
+    pad = " " * (depth + 1)
+    items = [f"{pad}{json.dumps(k)}: {_format(v, depth=depth + 1)}" for k, v in value.items()]
+    return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
+
+
+def tokenizer_hash(tokenizer_or_folder: Any) -> str:
+    """SHA-256 of the ``tokenizer.json`` a table is tied to.
+
+    Accepts a model folder (str or Path), a ``tokenizer.json`` path, or a loaded Hugging Face
+    tokenizer (its ``name_or_path`` folder is used).
+
+    Raises
+    ------
+    PolicyTableError
+        No ``tokenizer.json`` can be found for the argument.
+    """
+    if isinstance(tokenizer_or_folder, str | Path):
+        location = Path(tokenizer_or_folder)
+    else:
+        location = Path(str(getattr(tokenizer_or_folder, "name_or_path", "")))
+    file = location if location.name == "tokenizer.json" else location / "tokenizer.json"
+    if not file.is_file():
+        raise PolicyTableError(
+            f"no tokenizer.json at {file}; pass the model folder the tokenizer was loaded from"
+        )
+    digest = hashlib.sha256()
+    with file.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
