@@ -38,9 +38,16 @@ def stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 
 @torch.inference_mode()
-def greedy_generate(model: Any, store: KVStore, prompts: Sequence[Sequence[int]], *,
-                    max_new_tokens: int, stop_ids: frozenset[int] = frozenset(),
-                    action: Action = Action.H, keep_logits: bool = False) -> list[Generation]:
+def greedy_generate(
+    model: Any,
+    store: KVStore,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    stop_ids: frozenset[int] = frozenset(),
+    action: Action = Action.H,
+    keep_logits: bool = False,
+) -> list[Generation]:
     """Greedy-decode every prompt, batched, through ``store``; all tokens get ``action``."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")

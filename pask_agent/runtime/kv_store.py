@@ -217,8 +217,12 @@ class KVStore:
         Where the pools live. On CPU attention uses the torch reference kernels.
     """
 
-    def __init__(self, layout: KVLayout, config: StoreConfig | None = None,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        layout: KVLayout,
+        config: StoreConfig | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.layout = layout
         self.config = config or StoreConfig()
         self.device = torch.device(device)
@@ -229,14 +233,18 @@ class KVStore:
         self._high_alloc = [_Allocator(cap) for _ in range(3)]
         self._low_alloc = [_Allocator(cap) for _ in range(3)]
         kw = {"device": self.device}
-        self.high_k = [torch.zeros(cap, h, d, dtype=self.config.high_dtype, **kw)
-                       for _ in range(layout.num_layers)]
+        self.high_k = [
+            torch.zeros(cap, h, d, dtype=self.config.high_dtype, **kw)
+            for _ in range(layout.num_layers)
+        ]
         self.high_v = [torch.zeros_like(t) for t in self.high_k]
-        self.low_k = [torch.zeros(cap, h, dp, dtype=torch.uint8, **kw)
-                      for _ in range(layout.num_layers)]
+        self.low_k = [
+            torch.zeros(cap, h, dp, dtype=torch.uint8, **kw) for _ in range(layout.num_layers)
+        ]
         self.low_v = [torch.zeros_like(t) for t in self.low_k]
-        self.low_ks = [torch.ones(cap, h, 1, dtype=torch.float16, **kw)
-                       for _ in range(layout.num_layers)]
+        self.low_ks = [
+            torch.ones(cap, h, 1, dtype=torch.float16, **kw) for _ in range(layout.num_layers)
+        ]
         self.low_vs = [torch.ones_like(t) for t in self.low_ks]
         self._seqs: dict[str, _Sequence] = {}
         self.peak_bytes = 0
@@ -257,6 +265,20 @@ class KVStore:
             self._high_alloc[g].give(seq.high[g].slots)
             self._low_alloc[g].give(seq.low[g].slots)
         del self._seqs[seq_id]
+
+    def truncate(self, seq_id: str, length: int) -> None:
+        """Drop every token at position >= ``length`` (a conversation turn that diverged)."""
+        seq = self._get(seq_id)
+        if not 0 <= length <= seq.length:
+            raise KVStoreError(f"cannot truncate {seq_id!r} of length {seq.length} to {length}")
+        for g in range(3):
+            for maps, alloc in ((seq.high, self._high_alloc), (seq.low, self._low_alloc)):
+                gone = [p for p in range(length, seq.length) if p in maps[g].index]
+                alloc[g].give([maps[g].remove(p) for p in gone])
+        for p in [p for p in seq.pending if p >= length]:
+            del seq.pending[p]
+        seq.length = length
+        seq.settled = min(seq.settled, length)
 
     def has_sequence(self, seq_id: str) -> bool:
         return seq_id in self._seqs
@@ -285,8 +307,9 @@ class KVStore:
             self.schedule(seq_id, start + i, acts)
 
     # ----------------------------------------------------------------- one step
-    def begin_step(self, chunks: Sequence[tuple[str, int]], *, want_scores: bool = False
-                   ) -> StepBatch:
+    def begin_step(
+        self, chunks: Sequence[tuple[str, int]], *, want_scores: bool = False
+    ) -> StepBatch:
         """Allocate high slots for each sequence's new tokens and snapshot what they attend to."""
         if not chunks:
             raise KVStoreError("a step needs at least one (sequence, new token count) pair")
@@ -329,15 +352,34 @@ class KVStore:
         self.high_k[layer].index_copy_(0, slots, k.to(self.config.high_dtype))
         self.high_v[layer].index_copy_(0, slots, v.to(self.config.high_dtype))
 
-    def attend(self, layer: int, step: StepBatch, q: torch.Tensor, k: torch.Tensor,
-               v: torch.Tensor, *, scale: float) -> torch.Tensor:
+    def attend(
+        self,
+        layer: int,
+        step: StepBatch,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scale: float,
+    ) -> torch.Tensor:
         """Attention of this step's queries ``[T, Hq, D]`` over stored keys ∪ this chunk."""
         g = self._group_of_layer[layer]
         result = mixed_attention(
-            q, step.q_offsets, step.positions, k, v,
-            self.high_k[layer], self.high_v[layer], step.high[g],
-            self.low_k[layer], self.low_v[layer], self.low_ks[layer], self.low_vs[layer],
-            step.low[g], scale=scale, return_key_scores=step.want_scores,
+            q,
+            step.q_offsets,
+            step.positions,
+            k,
+            v,
+            self.high_k[layer],
+            self.high_v[layer],
+            step.high[g],
+            self.low_k[layer],
+            self.low_v[layer],
+            self.low_ks[layer],
+            self.low_vs[layer],
+            step.low[g],
+            scale=scale,
+            return_key_scores=step.want_scores,
         )
         if step.want_scores:
             out, scores = result
@@ -356,11 +398,16 @@ class KVStore:
             due = [(p, seq.pending.pop(p, (Action.H,) * 3)) for p in range(start, stop)]
             seq.settled = stop
             for g in range(3):
-                self._apply_group(seq, g, [p for p, a in due if a[g] == Action.L],
-                                  [p for p, a in due if a[g] == Action.R])
+                self._apply_group(
+                    seq,
+                    g,
+                    [p for p, a in due if a[g] == Action.L],
+                    [p for p, a in due if a[g] == Action.R],
+                )
 
-    def _apply_group(self, seq: _Sequence, g: int, to_low: list[int], to_release: list[int]
-                     ) -> None:
+    def _apply_group(
+        self, seq: _Sequence, g: int, to_low: list[int], to_release: list[int]
+    ) -> None:
         if to_low:
             high_slots = [seq.high[g].remove(p) for p in to_low]
             low_slots, cap = self._low_alloc[g].take(len(to_low))
@@ -368,8 +415,10 @@ class KVStore:
             src = torch.tensor(high_slots, dtype=torch.int64, device=self.device)
             dst = torch.tensor(low_slots, dtype=torch.int64, device=self.device)
             for layer in self.groups.layers_of(g):
-                for pool, codes, scales in ((self.high_k, self.low_k, self.low_ks),
-                                            (self.high_v, self.low_v, self.low_vs)):
+                for pool, codes, scales in (
+                    (self.high_k, self.low_k, self.low_ks),
+                    (self.high_v, self.low_v, self.low_vs),
+                ):
                     c, sc = quantize_int4(pool[layer].index_select(0, src))
                     codes[layer].index_copy_(0, dst, c)
                     scales[layer].index_copy_(0, dst, sc)
@@ -387,8 +436,12 @@ class KVStore:
 
     def _ensure_low_capacity(self, g: int, cap: int) -> None:
         for layer in self.groups.layers_of(g):
-            for pools, fill in ((self.low_k, 0), (self.low_v, 0), (self.low_ks, 1.0),
-                                (self.low_vs, 1.0)):
+            for pools, fill in (
+                (self.low_k, 0),
+                (self.low_v, 0),
+                (self.low_ks, 1.0),
+                (self.low_vs, 1.0),
+            ):
                 pools[layer] = _grow(pools[layer], cap, fill)
 
     def _view(self, chunks: Sequence[tuple[str, int]], g: int, *, high: bool) -> PoolView:
@@ -433,16 +486,33 @@ class KVStore:
 
     def allocated_bytes(self) -> int:
         """Bytes of the pool tensors themselves (capacity, including free slots)."""
-        return sum(t.numel() * t.element_size() for pools in (
-            self.high_k, self.high_v, self.low_k, self.low_v, self.low_ks, self.low_vs
-        ) for t in pools)
+        return sum(
+            t.numel() * t.element_size()
+            for pools in (
+                self.high_k,
+                self.high_v,
+                self.low_k,
+                self.low_v,
+                self.low_ks,
+                self.low_vs,
+            )
+            for t in pools
+        )
 
     def report(self, seq_id: str) -> KVReport:
         seq = self._get(seq_id)
         high, low, scales = self._seq_bytes(seq)
         full = seq.length * self.layout.num_layers * self.layout.high_row_bytes
-        return KVReport(seq.length, high, low, scales, full, seq.peak_bytes,
-                        self.config.sinks, self.config.window)
+        return KVReport(
+            seq.length,
+            high,
+            low,
+            scales,
+            full,
+            seq.peak_bytes,
+            self.config.sinks,
+            self.config.window,
+        )
 
 
 def _grow(t: torch.Tensor, cap: int, fill: float) -> torch.Tensor:

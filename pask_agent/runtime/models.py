@@ -129,10 +129,13 @@ def _manifest_ok(folder: Path, source_id: str) -> bool:
 
 def _write_manifest(folder: Path, source_id: str) -> None:
     files = {
-        p.name: _file_digest(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != _MANIFEST
+        p.name: _file_digest(p)
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != _MANIFEST
     }
-    (folder / _MANIFEST).write_text(json.dumps({"format": _CACHE_FORMAT, "source": source_id,
-                                                "files": files}, indent=1))
+    (folder / _MANIFEST).write_text(
+        json.dumps({"format": _CACHE_FORMAT, "source": source_id, "files": files}, indent=1)
+    )
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
@@ -205,7 +208,9 @@ def resolve_model_dir(name: str) -> Path:
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise ModelNotAvailableError(f"{path} has no config.json; not a Hugging Face model folder")
+            raise ModelNotAvailableError(
+                f"{path} has no config.json; not a Hugging Face model folder"
+            )
         return path
     if path.is_file() and path.suffix == ".gguf":
         tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]

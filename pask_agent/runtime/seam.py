@@ -35,9 +35,16 @@ class AttentionCall:
     v: torch.Tensor  # [T, Hkv, D]
 
 
-def pask_attention(module: Any, query: torch.Tensor, key: Any, value: Any,
-                   attention_mask: torch.Tensor | None, scaling: float | None = None,
-                   dropout: float = 0.0, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def pask_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: Any,
+    value: Any,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """Attention function for ``attn_implementation="pask"``: query ``[1, Hq, T, D]``."""
     if not isinstance(key, AttentionCall):
         raise KVStoreError(
@@ -68,8 +75,9 @@ class _StoreLayer(CacheLayerMixin):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         return None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         raise KVStoreError("PaskCache.update handles writes; layers are not updated directly")
 
     def get_seq_length(self) -> int:
@@ -99,8 +107,14 @@ class PaskCache(Cache):
             return 0
         return self.store.length(self.step.seq_ids[0]) - self.step.num_tokens
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
-               *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *args: Any,
+        **kwargs: Any,
+    ) -> tuple[Any, Any]:
         if self.step is None:
             raise KVStoreError("PaskCache used without bind(step): call KVStore.begin_step first")
         k = key_states[0].transpose(0, 1)  # [T, Hkv, D]
@@ -110,8 +124,9 @@ class PaskCache(Cache):
         return call, call
 
 
-def forward_step(model: Any, cache: PaskCache, step: StepBatch, input_ids: torch.Tensor
-                 ) -> torch.Tensor:
+def forward_step(
+    model: Any, cache: PaskCache, step: StepBatch, input_ids: torch.Tensor
+) -> torch.Tensor:
     """Run one packed forward; return fp32 logits ``[B, V]`` at each sequence's last token."""
     cache.bind(step)
     out = model(

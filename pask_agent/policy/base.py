@@ -1,0 +1,65 @@
+"""The policy interface the runtime talks to (STYLE rule 2).
+
+A ``Policy`` is a small frozen dataclass of configuration. ``start(env)`` gives a per-request
+(or per-conversation) ``PolicySession`` that holds the mutable state (ledger, counters) and
+answers two hooks:
+
+* ``plan_prefill(labels)``: one action per layer group for each new prompt token (``[n, 3]``
+  ``Action`` values), decided before the prompt forward (paper §3.6);
+* ``on_token(tag, is_stop=...)``: the per-group actions for one accepted token (§3.5).
+
+Actions are *scheduled*: the store executes them when the token leaves the recent window, and
+the store alone enforces sink and window protection. Policies never see tensors or storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from pask_agent.grammars.tags import Tag
+from pask_agent.policy.actions import Action
+from pask_agent.policy.costs import PayloadCosts
+
+Actions = tuple[Action, Action, Action]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEnv:
+    """What a session needs to know about the model and the store it decides for."""
+
+    costs: PayloadCosts
+    sinks: int
+    window: int
+    budget: float | None = None  # target total B; None = the policy's own default
+
+
+class PolicySession(Protocol):
+    def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]: ...
+
+    def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions: ...
+
+
+class Policy:
+    """Base of every registered policy; subclasses are frozen dataclasses."""
+
+    name: ClassVar[str] = ""
+    needs_tags: ClassVar[bool] = False  # wants structural tags from a tagger
+    needs_labels: ClassVar[bool] = False  # wants prompt span labels
+
+    def start(self, env: PolicyEnv) -> PolicySession:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class UniformSession:
+    """Every token, prompt or generated, gets the same actions."""
+
+    actions: Actions
+
+    def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
+        return [self.actions] * len(labels)
+
+    def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
+        return self.actions

@@ -1,0 +1,76 @@
+"""Per-request output constraint: an xgrammar matcher for legality, a tagger for structure.
+
+An ``OutputSpec`` is compiled once and shared (immutable); ``OutputSpec.start()`` gives the
+per-request ``Constraint`` (fresh matcher + fresh tagger), as xgrammar's compiled-grammar /
+matcher split does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+from pask_agent.grammars.tags import Tag
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """What the answer must look like and how to tag it.
+
+    ``compiled`` is None for free text. ``new_tagger`` makes a fresh structural tagger (or is
+    None when there is no structure to tag).
+    """
+
+    kind: str  # "text" | "tools" | "json" | "sql"
+    compiled: xgr.CompiledGrammar | None
+    new_tagger: Callable[[], Any] | None = None
+    payload: Any = None  # the tools / schema / SQL schema this spec was built from
+
+    def start(self) -> Constraint:
+        matcher = xgr.GrammarMatcher(self.compiled) if self.compiled is not None else None
+        return Constraint(matcher, self.new_tagger() if self.new_tagger else None)
+
+
+class Constraint:
+    """One request's matcher and tagger; both advance once per accepted token."""
+
+    def __init__(self, matcher: xgr.GrammarMatcher | None, tagger: Any | None) -> None:
+        self.matcher = matcher
+        self.tagger = tagger
+        self.tagger_failed = False
+
+    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+        if self.matcher is not None:
+            self.matcher.fill_next_token_bitmask(bitmask, row)
+
+    def accept(self, token_id: int) -> bool:
+        return self.matcher is None or bool(self.matcher.accept_token(token_id))
+
+    def tag(self, token_text: str) -> Tag | None:
+        """The token's structural tag; None when there is no tagger (or it lost track)."""
+        if self.tagger is None or self.tagger_failed:
+            return None
+        try:
+            return self.tagger.feed(token_text)
+        except Exception:  # noqa: BLE001 - a tagger bug must not break a legal answer
+            self.tagger_failed = True
+            return None
+
+    def forced_text(self) -> str:
+        """Text the grammar forces next (jump-forward), or ``""``."""
+        if self.matcher is None or self.matcher.is_terminated():
+            return ""
+        return self.matcher.find_jump_forward_string()
+
+    def is_terminated(self) -> bool:
+        return self.matcher is not None and self.matcher.is_terminated()
+
+    def rollback(self, n: int) -> None:
+        if self.matcher is not None and n:
+            self.matcher.rollback(n)
+        if self.tagger is not None and not self.tagger_failed and n:
+            self.tagger.rollback(n)

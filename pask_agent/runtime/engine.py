@@ -1,0 +1,345 @@
+"""The synchronous engine core: admission, one batched step, sampling, policy hooks.
+
+``Engine.step()`` is the whole decode loop body and reads in one sitting:
+
+1. admit queued requests while their worst-case KV demand fits the configured capacity;
+2. pack one chunk per live request on one token axis — the next slice of a prompt that is
+   still prefilling (chunked, so long prompts never stall the others for long), or the token(s)
+   sampled last step;
+3. ``store.begin_step`` → one model forward → ``store.end_step``;
+4. for every request whose logits are ready: grammar mask → sample → matcher accept → tag →
+   policy ``on_token`` → schedule the token's per-group actions in the store; jump-forward text
+   forced by the grammar is appended without sampling.
+
+The async ``Runtime`` runs ``step`` in a worker thread and routes the returned events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+from pask_agent.errors import ConfigError, PaskError
+from pask_agent.grammars.token_text import TokenTextStream
+from pask_agent.grammars.tool_grammar import special_token_ids, stop_token_ids
+from pask_agent.policy.base import PolicySession
+from pask_agent.runtime.constraint import Constraint, OutputSpec
+from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models import LoadedModel
+from pask_agent.runtime.results import Delta
+from pask_agent.runtime.sampling import sample
+from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' worst-case
+    Full-KV demand: new requests wait (never fail) until it fits."""
+
+    sinks: int = 4
+    window: int = 16
+    kv_capacity_bytes: int = 4 << 30
+    prefill_chunk_tokens: int = 256
+    max_batch: int = 16
+    jump_forward: bool = True
+
+    def __post_init__(self) -> None:
+        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
+            raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ConfigError("need temperature >= 0 and 0 < top_p <= 1")
+
+
+@dataclass
+class SequenceState:
+    """A store sequence that outlives one request (a conversation): its tokens and policy."""
+
+    seq_id: str
+    session: PolicySession
+    ids_in_store: list[int] = field(default_factory=list)
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The end of a request: generated ids, why it stopped, and the store's KV report."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    reason: str
+    prompt_tokens: int
+    prefilled_tokens: int
+    kv: Any
+    ttft_s: float
+    tpot_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: BaseException
+
+
+@dataclass(eq=False)
+class Request:
+    """One request's mutable state; owned by the engine thread once submitted."""
+
+    prompt_ids: list[int]
+    labels: list[str] | None
+    spec: OutputSpec
+    params: SamplingParams
+    state: SequenceState  # a fresh one per bare request, the conversation's otherwise
+    keep_sequence: bool = False
+    cancelled: bool = False
+    # engine-side progress
+    constraint: Constraint | None = None
+    prefill_pos: int = 0
+    reused: int = 0
+    generated: list[int] = field(default_factory=list)
+    feed: list[int] = field(default_factory=list)
+    text: str = ""
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    generator: torch.Generator | None = None
+    stream: TokenTextStream | None = None
+    demand_bytes: int = 0
+
+
+Event = tuple[Request, Delta | Finished | Failed]
+
+
+class Engine:
+    """Owns the model, the KV store and the live requests. Not thread-safe: one caller."""
+
+    def __init__(self, loaded: LoadedModel, config: RuntimeConfig | None = None) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.config = config or RuntimeConfig()
+        self.layout = KVLayout.from_config(self.model.config)
+        self.store = KVStore(self.layout, StoreConfig(self.config.sinks, self.config.window))
+        self.cache = PaskCache(self.store)
+        use_pask_attention(self.model)
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.stop_ids = frozenset(stop_token_ids(self.tokenizer))
+        banned = [
+            i for i in special_token_ids(self.tokenizer, self.vocab_size) if i not in self.stop_ids
+        ]
+        self._free_text_mask = torch.zeros(self.vocab_size, dtype=torch.bool)
+        self._free_text_mask[banned] = True
+        self._full_token_bytes = self.layout.num_layers * self.layout.high_row_bytes
+        self.inbox: deque[Request] = deque()
+        self.live: list[Request] = []
+        self._reserved = 0
+        self._ids = itertools.count()
+
+    def new_sequence(self, session: PolicySession) -> SequenceState:
+        return SequenceState(f"seq-{next(self._ids)}", session)
+
+    def has_work(self) -> bool:
+        return bool(self.inbox or self.live)
+
+    # ------------------------------------------------------------------ admission
+    def _admit(self, events: list[Event]) -> None:
+        while self.inbox and len(self.live) < self.config.max_batch:
+            r = self.inbox[0]
+            if r.cancelled:
+                self.inbox.popleft()
+                continue
+            demand = (len(r.prompt_ids) + r.params.max_new_tokens) * self._full_token_bytes
+            if demand > self.config.kv_capacity_bytes:
+                self.inbox.popleft()
+                events.append(
+                    (
+                        r,
+                        Failed(
+                            ConfigError(
+                                f"request needs up to {demand} KV bytes but kv_capacity_bytes is "
+                                f"{self.config.kv_capacity_bytes}; shorten the prompt or max_new_tokens"
+                            )
+                        ),
+                    )
+                )
+                continue
+            if self.live and self._reserved + demand > self.config.kv_capacity_bytes:
+                return  # wait until running requests free their KV
+            self.inbox.popleft()
+            try:
+                self._start(r)
+            except PaskError as exc:
+                events.append((r, Failed(exc)))
+                continue
+            r.demand_bytes = demand
+            self._reserved += demand
+            self.live.append(r)
+
+    def _start(self, r: Request) -> None:
+        st = r.state
+        if not self.store.has_sequence(st.seq_id):
+            self.store.add_sequence(st.seq_id)
+            st.ids_in_store = []
+        keep = _common_prefix(st.ids_in_store, r.prompt_ids)
+        keep = min(keep, len(r.prompt_ids) - 1)  # at least one token must run to get logits
+        self.store.truncate(st.seq_id, keep)
+        st.ids_in_store = st.ids_in_store[:keep]
+        r.prefill_pos = r.reused = keep
+        labels = r.labels or ["protected_content"] * len(r.prompt_ids)
+        plan = st.session.plan_prefill(labels[keep:])
+        self.store.schedule_many(st.seq_id, keep, plan)
+        r.constraint = r.spec.start()
+        r.stream = TokenTextStream(self.tokenizer)
+        if r.params.seed is not None:
+            r.generator = torch.Generator().manual_seed(r.params.seed)
+
+    # ------------------------------------------------------------------ one step
+    @torch.inference_mode()
+    def step(self) -> list[Event]:
+        events: list[Event] = []
+        for r in [r for r in self.live if r.cancelled]:
+            self._release(r, drop_sequence=True)
+        self._admit(events)
+        if not self.live:
+            return events
+        budget = self.config.prefill_chunk_tokens
+        chunks: list[tuple[str, int]] = []
+        tokens: list[int] = []
+        batch: list[tuple[Request, bool]] = []
+        for r in self.live:
+            if r.prefill_pos < len(r.prompt_ids):
+                if budget <= 0:
+                    continue
+                ids = r.prompt_ids[r.prefill_pos : r.prefill_pos + budget]
+                budget -= len(ids)
+                r.prefill_pos += len(ids)
+                ready = r.prefill_pos == len(r.prompt_ids)
+            else:
+                ids, r.feed, ready = r.feed, [], True
+            chunks.append((r.state.seq_id, len(ids)))
+            tokens.extend(ids)
+            r.state.ids_in_store.extend(ids)
+            batch.append((r, ready))
+        device = next(self.model.parameters()).device
+        step = self.store.begin_step(chunks)
+        logits = forward_step(self.model, self.cache, step, torch.tensor(tokens, device=device))
+        self.store.end_step(step)
+        ready_rows = [(row, r) for row, (r, ready) in enumerate(batch) if ready]
+        if ready_rows:
+            self._mask(logits, ready_rows)
+        for row, r in ready_rows:
+            try:
+                events.extend(self._advance(r, logits[row]))
+            except Exception as exc:  # noqa: BLE001 - fail this request, keep serving the rest
+                self._release(r, drop_sequence=True)
+                events.append((r, Failed(exc)))
+        return events
+
+    def _mask(self, logits: torch.Tensor, rows: list[tuple[int, Request]]) -> None:
+        constrained = [(row, r) for row, r in rows if r.constraint.matcher is not None]
+        if constrained:
+            bitmask = xgr.allocate_token_bitmask(len(logits), self.vocab_size)
+            xgr.reset_token_bitmask(bitmask)
+            for row, r in constrained:
+                r.constraint.fill_mask(bitmask, row)
+            xgr.apply_token_bitmask_inplace(
+                logits, bitmask, vocab_size=self.vocab_size, indices=[row for row, _ in constrained]
+            )
+        for row, r in rows:
+            if r.constraint.matcher is None:
+                logits[row].masked_fill_(self._free_text_mask, float("-inf"))
+
+    def _advance(self, r: Request, logits: torch.Tensor) -> list[Event]:
+        p = r.params
+        token = sample(logits, temperature=p.temperature, top_p=p.top_p, generator=r.generator)
+        if r.first_token_at is None:
+            r.first_token_at = time.perf_counter()
+        if token in self.stop_ids:
+            r.state.session.on_token(None, is_stop=True)
+            return [self._finish(r, "stop")]
+        if not r.constraint.accept(token):
+            raise PaskError(f"grammar rejected token {token} that its own mask allowed")
+        new = [token]
+        if self.config.jump_forward and len(r.generated) + 1 < p.max_new_tokens:
+            new += self._jump_forward(r, p.max_new_tokens - len(r.generated) - 1)
+        delta = []
+        seq, pos = r.state.seq_id, self.store.length(r.state.seq_id)
+        for i, t in enumerate(new):
+            piece = r.stream.push(t)
+            delta.append(piece)
+            actions = r.state.session.on_token(r.constraint.tag(piece))
+            self.store.schedule(seq, pos + i, actions)
+        r.generated.extend(new)
+        r.feed = new
+        text = "".join(delta)
+        r.text += text
+        events: list[Event] = [(r, Delta(text, tuple(new)))]
+        if r.constraint.is_terminated():
+            events.append(self._finish(r, "stop"))
+        elif len(r.generated) >= p.max_new_tokens:
+            events.append(self._finish(r, "length"))
+        return events
+
+    def _jump_forward(self, r: Request, room: int) -> list[int]:
+        forced = r.constraint.forced_text()
+        if not forced:
+            return []
+        ids = self.tokenizer(forced, add_special_tokens=False)["input_ids"][:room]
+        taken: list[int] = []
+        for t in ids:
+            if not r.constraint.accept(t):
+                break
+            taken.append(t)
+        return taken
+
+    # ------------------------------------------------------------------ endings
+    def _finish(self, r: Request, reason: str) -> Event:
+        now = time.perf_counter()
+        kv = self.store.report(r.state.seq_id)
+        n = len(r.generated)
+        first = r.first_token_at or now
+        result = Finished(
+            token_ids=tuple(r.generated),
+            text=r.text,
+            reason=reason,
+            prompt_tokens=len(r.prompt_ids),
+            prefilled_tokens=len(r.prompt_ids) - r.reused,
+            kv=kv,
+            ttft_s=first - r.submitted,
+            tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
+        )
+        self._release(r, drop_sequence=not r.keep_sequence)
+        return (r, result)
+
+    def _release(self, r: Request, *, drop_sequence: bool) -> None:
+        if r in self.live:
+            self.live.remove(r)
+            self._reserved -= r.demand_bytes
+        st = r.state
+        st.busy = False
+        if drop_sequence and self.store.has_sequence(st.seq_id):
+            self.store.remove_sequence(st.seq_id)
+            st.ids_in_store = []
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -1,0 +1,99 @@
+"""Output specs the runtime decodes against, compiled once per runtime, and their parsers.
+
+* tools → the tool-call grammar + the function-calling tagger (``grammars/``);
+* a JSON Schema (or a Pydantic model's schema) → a bounded JSON grammar for that schema;
+* free text → no grammar (special tokens are masked by the engine).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from pask_agent.grammars.fc_tagger import FunctionCallTagger
+from pask_agent.grammars.json_ebnf import EbnfBuilder
+from pask_agent.grammars.json_schema import normalize_schema
+from pask_agent.grammars.tool_grammar import compile_tool_grammar, make_compiler
+from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
+from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.results import ToolCall
+
+TEXT = OutputSpec("text", None)
+
+
+class OutputCompiler:
+    """Builds and caches ``OutputSpec`` values for one tokenizer (owned by a Runtime)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        self.compiler = make_compiler(tokenizer, vocab_size)
+        self._cache: dict[str, OutputSpec] = {}
+
+    def tools(
+        self, tools: Sequence[Any], *, tool_choice: str = "auto", parallel: bool = True
+    ) -> OutputSpec:
+        specs = tool_specs(tools)
+        if tool_choice == "none":
+            return TEXT
+        key = json.dumps(
+            ["tools", [s.to_openai() for s in specs], tool_choice, parallel],
+            sort_keys=True,
+            default=str,
+        )
+        if key not in self._cache:
+            grammar = compile_tool_grammar(
+                self.compiler, specs, tool_choice=tool_choice, parallel=parallel
+            )
+            tagger = FunctionCallTagger.from_grammar(grammar)
+            self._cache[key] = OutputSpec("tools", grammar.compiled, tagger.fresh, specs)
+        return self._cache[key]
+
+    def json_schema(self, schema: dict[str, Any]) -> OutputSpec:
+        key = json.dumps(["json", schema], sort_keys=True, default=str)
+        if key not in self._cache:
+            normalized = normalize_schema(schema)
+            builder = EbnfBuilder()
+            body = builder.schema(normalized, "$")
+            builder.named("root", body)
+            compiled = self.compiler.compile_grammar(builder.text(), root_rule_name="root")
+            self._cache[key] = OutputSpec("json", compiled, None, normalized)
+        return self._cache[key]
+
+    def ebnf(
+        self, kind: str, ebnf: str, *, new_tagger: Any = None, payload: Any = None
+    ) -> OutputSpec:
+        key = json.dumps([kind, ebnf])
+        if key not in self._cache:
+            compiled = self.compiler.compile_grammar(ebnf, root_rule_name="root")
+            self._cache[key] = OutputSpec(kind, compiled, new_tagger, payload)
+        return self._cache[key]
+
+
+def parse_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
+    """Tool calls in a grammar-bound answer; free text (or a truncated call) gives none."""
+    stripped = text.strip()
+    if not stripped.startswith(("{", "[")):
+        return ()
+    try:
+        value = json.loads(stripped)
+    except json.JSONDecodeError:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    names = {t.name for t in tools}
+    calls = []
+    for item in items:
+        if isinstance(item, dict) and item.get("name") in names:
+            calls.append(
+                ToolCall(
+                    f"call_{uuid.uuid4().hex[:24]}", item["name"], dict(item.get("arguments") or {})
+                )
+            )
+    return tuple(calls)
+
+
+def schema_prompt(schema: dict[str, Any]) -> str:
+    return (
+        "Answer with a single JSON object that matches this JSON Schema, and nothing else:\n"
+        + json.dumps(schema, ensure_ascii=False)
+    )

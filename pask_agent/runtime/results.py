@@ -1,0 +1,74 @@
+"""What callers get back: OpenAI-shaped messages with usage and measured KV statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens, measured KV bytes and timings of one request.
+
+    ``kv_bytes`` is the live payload (high + low + scales) at the end of the request and
+    ``measured_b`` its ratio to Full-KV bytes for the same tokens; ``peak_kv_bytes`` is the
+    request's peak payload. ``ttft_s`` runs from submission to the first new token.
+    """
+
+    prompt_tokens: int
+    completion_tokens: int
+    prefilled_tokens: int  # prompt tokens actually computed (the rest came from a reused prefix)
+    kv_bytes: int
+    full_kv_bytes: int
+    measured_b: float
+    peak_kv_bytes: int
+    ttft_s: float
+    tpot_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+    def as_openai(self) -> dict[str, Any]:
+        import json
+
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """``message`` is an OpenAI assistant message dict (``content`` and/or ``tool_calls``)."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    token_ids: tuple[int, ...] = field(default=())
+
+    @property
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": None if self.tool_calls else self.text,
+        }
+        if self.tool_calls:
+            msg["tool_calls"] = [c.as_openai() for c in self.tool_calls]
+        return msg
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A streamed piece of the answer: new text and the token ids that produced it."""
+
+    text: str
+    token_ids: tuple[int, ...]

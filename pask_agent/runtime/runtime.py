@@ -1,0 +1,348 @@
+"""The async face of the runtime: ``async with Runtime.open(...) as rt: await rt.call(...)``.
+
+One worker task owns the engine; each step runs in a worker thread so the event loop stays
+free to accept, stream and cancel requests while the model computes. Requests talk to the
+worker through the engine's inbox and a per-request memory stream of events.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import jsonschema
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from pask_agent.errors import ConfigError, PaskError
+from pask_agent.grammars.prompt import render_tool_prompt
+from pask_agent.grammars.span_labels import label_prompt_tokens
+from pask_agent.grammars.tool_spec import ToolSpec
+from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
+from pask_agent.policy.base import Policy, PolicyEnv
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.registry import get_policy
+from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.engine import (
+    Engine,
+    Failed,
+    Finished,
+    Request,
+    RuntimeConfig,
+    SamplingParams,
+    SequenceState,
+)
+from pask_agent.runtime.models import LoadedModel, load_model
+from pask_agent.runtime.outputs import TEXT, OutputCompiler, parse_tool_calls, schema_prompt
+from pask_agent.runtime.results import ChatResult, Delta, ToolCall, Usage
+
+
+class ValidationFailedError(PaskError):
+    """The model's answer did not validate against the requested schema."""
+
+
+class Runtime:
+    """Serves one model: batched constrained decoding over the PASK KV store."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        *,
+        policy: str | Policy = "full",
+        budget: float | None = None,
+        config: RuntimeConfig | None = None,
+    ) -> None:
+        self.engine = Engine(loaded, config)
+        self.tokenizer = loaded.tokenizer
+        self.outputs = OutputCompiler(loaded.tokenizer, self.engine.vocab_size)
+        self.default_policy = _resolve_policy(policy)
+        self.default_budget = budget
+        lay = self.engine.layout
+        self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
+        self._wake = anyio.Event()
+        self._conversations: dict[str, Conversation] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        model: str | LoadedModel = "default",
+        *,
+        policy: str | Policy = "full",
+        budget: float | None = None,
+        config: RuntimeConfig | None = None,
+    ) -> AsyncIterator[Runtime]:
+        loaded = (
+            model
+            if isinstance(model, LoadedModel)
+            else await anyio.to_thread.run_sync(load_model, model)
+        )
+        rt = cls(loaded, policy=policy, budget=budget, config=config)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(rt._worker)
+            try:
+                yield rt
+            finally:
+                tg.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ worker
+    async def _worker(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+            while self.engine.has_work():
+                events = await anyio.to_thread.run_sync(self.engine.step)
+                for request, event in events:
+                    send: MemoryObjectSendStream = request.channel  # type: ignore[attr-defined]
+                    try:
+                        send.send_nowait(event)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        request.cancelled = True
+
+    def _session(self, policy: str | Policy | None, budget: float | None) -> Any:
+        chosen = self.default_policy if policy is None else _resolve_policy(policy)
+        env = PolicyEnv(
+            self.costs,
+            self.engine.config.sinks,
+            self.engine.config.window,
+            self.default_budget if budget is None else budget,
+        )
+        return chosen, chosen.start(env)
+
+    def _request(
+        self,
+        prompt_ids: list[int],
+        labels: list[str] | None,
+        spec: OutputSpec,
+        params: SamplingParams,
+        state: SequenceState,
+        keep: bool,
+    ) -> tuple[Request, MemoryObjectReceiveStream]:
+        send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=float("inf"))
+        request = Request(prompt_ids, labels, spec, params, state, keep_sequence=keep)
+        request.channel = send  # type: ignore[attr-defined]
+        self.engine.inbox.append(request)
+        self._wake.set()
+        return request, receive
+
+    # ------------------------------------------------------------------ public API
+    def prepare(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[Any] | None,
+        tool_choice: str,
+        parallel_tool_calls: bool,
+        labels: bool,
+    ) -> tuple[list[int], list[str] | None, OutputSpec]:
+        """Render the prompt, label its spans, and pick the output grammar."""
+        spec = TEXT
+        specs: tuple[ToolSpec, ...] = ()
+        if tools:
+            spec = self.outputs.tools(tools, tool_choice=tool_choice, parallel=parallel_tool_calls)
+            specs = spec.payload or tuple(ToolSpec.from_any(t) for t in tools)
+        text = render_tool_prompt(self.tokenizer, messages, specs or None)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        span_labels = label_prompt_tokens(text, self.tokenizer, specs) if labels else None
+        return ids, span_labels, spec
+
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: str = "auto",
+        parallel_tool_calls: bool = True,
+        policy: str | Policy | None = None,
+        budget: float | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        conversation: Conversation | None = None,
+        spec: OutputSpec | None = None,
+    ) -> ChatResult:
+        """One assistant turn. Tool calls come back in ``result.message["tool_calls"]``."""
+        result = None
+        async for item in self.stream(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            policy=policy,
+            budget=budget,
+            parallel_tool_calls=parallel_tool_calls,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            conversation=conversation,
+            spec=spec,
+            _final=True,
+        ):
+            if isinstance(item, ChatResult):
+                result = item
+        if result is None:
+            raise PaskError("the request ended without a result")
+        return result
+
+    async def stream(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        tools: Sequence[Any] | None = None,
+        tool_choice: str = "auto",
+        parallel_tool_calls: bool = True,
+        policy: str | Policy | None = None,
+        budget: float | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        conversation: Conversation | None = None,
+        spec: OutputSpec | None = None,
+        _final: bool = False,
+    ) -> AsyncIterator[Delta | ChatResult]:
+        """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked)."""
+        params = SamplingParams(max_new_tokens, temperature, top_p, seed)
+        chosen, session = self._session(policy, budget)
+        ids, labels, tool_spec = self.prepare(
+            messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels
+        )
+        spec = spec or tool_spec
+        if conversation is not None:
+            state = conversation._acquire(self, session)
+            keep = True
+        else:
+            state, keep = self.engine.new_sequence(session), False
+        request, receive = self._request(ids, labels, spec, params, state, keep)
+        finished = False
+        try:
+            async with receive:
+                async for event in receive:
+                    if isinstance(event, Delta):
+                        yield event
+                    elif isinstance(event, Failed):
+                        raise event.error
+                    elif isinstance(event, Finished):
+                        finished = True
+                        if _final:
+                            yield self._result(event, spec)
+                        return
+        finally:
+            if not finished:
+                request.cancelled = True
+                self._wake.set()
+
+    def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
+        calls: tuple[ToolCall, ...] = ()
+        if spec.kind == "tools":
+            calls = parse_tool_calls(f.text, spec.payload)
+        usage = Usage(
+            prompt_tokens=f.prompt_tokens,
+            completion_tokens=len(f.token_ids),
+            prefilled_tokens=f.prefilled_tokens,
+            kv_bytes=f.kv.live_bytes,
+            full_kv_bytes=f.kv.full_bytes,
+            measured_b=f.kv.measured_b,
+            peak_kv_bytes=f.kv.peak_bytes,
+            ttft_s=f.ttft_s,
+            tpot_s=f.tpot_s,
+        )
+        reason = "tool_calls" if calls else f.reason
+        return ChatResult(f.text, calls, usage, reason, f.token_ids)
+
+    async def call(
+        self,
+        schema: Any,
+        prompt: str,
+        *,
+        policy: str | Policy | None = None,
+        budget: float | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        system: str | None = None,
+    ) -> Any:
+        """Structured output: a Pydantic model class → a validated instance; a JSON Schema dict
+        → a validated dict; a list of tools → the list of ``ToolCall`` the model made."""
+        kw = dict(
+            policy=policy,
+            budget=budget,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+        )
+        if isinstance(schema, (list, tuple)):
+            messages = _messages(system, prompt)
+            result = await self.chat(messages, tools=schema, tool_choice="required", **kw)
+            return list(result.tool_calls)
+        model_cls = schema if _is_pydantic_class(schema) else None
+        if model_cls is not None:
+            json_schema = model_cls.model_json_schema()
+        elif isinstance(schema, dict):
+            json_schema = schema
+        else:
+            raise ConfigError(
+                "schema must be a Pydantic model class, a JSON Schema dict, or a "
+                f"list of tools; got {type(schema).__name__}"
+            )
+        spec = self.outputs.json_schema(json_schema)
+        messages = _messages(
+            (system + "\n\n" if system else "") + schema_prompt(json_schema), prompt
+        )
+        result = await self.chat(messages, spec=spec, **kw)
+        try:
+            value = json.loads(result.text)
+            if model_cls is not None:
+                return model_cls.model_validate(value)
+            jsonschema.validate(value, json_schema)
+            return value
+        except Exception as exc:  # noqa: BLE001 - re-raised typed, with the answer attached
+            raise ValidationFailedError(
+                f"answer does not validate ({exc}); raise max_new_tokens if it was cut "
+                f"(finish_reason={result.finish_reason}): {result.text[:200]!r}"
+            ) from exc
+
+    def conversation(self, conversation_id: str) -> Conversation:
+        """A multi-turn conversation that keeps its KV and budget ledger across turns."""
+        if conversation_id not in self._conversations:
+            self._conversations[conversation_id] = Conversation(conversation_id)
+        return self._conversations[conversation_id]
+
+
+class Conversation:
+    """Turns of one conversation share one store sequence and one policy session (ledger)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.id = conversation_id
+        self._state: SequenceState | None = None
+
+    def _acquire(self, rt: Runtime, session: Any) -> SequenceState:
+        if self._state is None:
+            self._state = rt.engine.new_sequence(session)
+        if self._state.busy:
+            raise ConfigError(f"conversation {self.id!r} already has a turn running")
+        self._state.busy = True
+        return self._state
+
+    @property
+    def tokens_in_store(self) -> int:
+        return len(self._state.ids_in_store) if self._state else 0
+
+
+def _resolve_policy(policy: str | Policy) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    return get_policy(policy)()
+
+
+def _messages(system: str | None, prompt: str) -> list[dict[str, Any]]:
+    msgs = [{"role": "system", "content": system}] if system else []
+    return [*msgs, {"role": "user", "content": prompt}]
+
+
+def _is_pydantic_class(obj: Any) -> bool:
+    from pydantic import BaseModel
+
+    return isinstance(obj, type) and issubclass(obj, BaseModel)
