@@ -17,8 +17,13 @@ def tiny_model():
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
         tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(config).eval()

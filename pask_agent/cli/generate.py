@@ -18,10 +18,18 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sinks", type=int, default=4, help="first tokens always kept high")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--keep-all", action="store_true", help="keep every token high (default)")
-    mode.add_argument("--int4-after", type=int, metavar="W",
-                      help="quantize each token to INT4 once it leaves a W-token recent window")
-    mode.add_argument("--release-after", type=int, metavar="W",
-                      help="release each token once it leaves a W-token recent window")
+    mode.add_argument(
+        "--int4-after",
+        type=int,
+        metavar="W",
+        help="quantize each token to INT4 once it leaves a W-token recent window",
+    )
+    mode.add_argument(
+        "--release-after",
+        type=int,
+        metavar="W",
+        help="release each token once it leaves a W-token recent window",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -41,13 +49,21 @@ def run(args: argparse.Namespace) -> int:
     tok = loaded.tokenizer
     text = args.prompt
     if args.chat:
-        text = tok.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                       add_generation_prompt=True)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
     prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
-    store = KVStore(KVLayout.from_config(loaded.model.config),
-                    StoreConfig(sinks=args.sinks, window=window))
-    gen = greedy_generate(loaded.model, store, [prompt_ids], max_new_tokens=args.max_new_tokens,
-                          stop_ids=stop_token_ids(loaded.model, tok), action=action)[0]
+    store = KVStore(
+        KVLayout.from_config(loaded.model.config), StoreConfig(sinks=args.sinks, window=window)
+    )
+    gen = greedy_generate(
+        loaded.model,
+        store,
+        [prompt_ids],
+        max_new_tokens=args.max_new_tokens,
+        stop_ids=stop_token_ids(loaded.model, tok),
+        action=action,
+    )[0]
     result = {
         "token_ids": list(gen.token_ids),
         "text": tok.decode(list(gen.token_ids), skip_special_tokens=False),
@@ -58,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(result["text"])
         kv = result["kv"]
-        print(f"[kv] tokens={kv['tokens']} high={kv['high_bytes']} low={kv['low_bytes']} "
-              f"scales={kv['scale_bytes']} full={kv['full_bytes']} B={kv['measured_b']:.4f} "
-              f"peak={kv['peak_bytes']}")
+        print(
+            f"[kv] tokens={kv['tokens']} high={kv['high_bytes']} low={kv['low_bytes']} "
+            f"scales={kv['scale_bytes']} full={kv['full_bytes']} B={kv['measured_b']:.4f} "
+            f"peak={kv['peak_bytes']}"
+        )
     return 0

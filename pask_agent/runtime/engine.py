@@ -172,7 +172,7 @@ class Engine:
                         Failed(
                             ConfigError(
                                 f"request needs up to {demand} KV bytes but kv_capacity_bytes is "
-                                f"{self.config.kv_capacity_bytes}; shorten the prompt or max_new_tokens"
+                                f"{self.config.kv_capacity_bytes}; shorten the prompt or max tokens"
                             )
                         ),
                     )
