@@ -8,7 +8,7 @@ worker through the engine's inbox and a per-request memory stream of events.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,7 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.grammars.prompt import render_tool_prompt
-from pask_agent.grammars.span_labels import label_prompt_tokens
+from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
 from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
 from pask_agent.policy.base import Policy, PolicyEnv
@@ -144,7 +144,10 @@ class Runtime:
             specs = spec.payload or tuple(ToolSpec.from_any(t) for t in tools)
         text = render_tool_prompt(self.tokenizer, messages, specs or None)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        span_labels = label_prompt_tokens(text, self.tokenizer, specs) if labels else None
+        span_labels = None
+        if labels:
+            spans = label_spans(text) if label_spans else label_prompt_spans(text, specs)
+            span_labels = labels_for_tokens(text, spans, self.tokenizer)
         return ids, span_labels, spec
 
     async def chat(
