@@ -135,8 +135,13 @@ class Runtime:
         tool_choice: str,
         parallel_tool_calls: bool,
         labels: bool,
+        label_spans: Callable[[str], list[CharSpan]] | None = None,
     ) -> tuple[list[int], list[str] | None, OutputSpec]:
-        """Render the prompt, label its spans, and pick the output grammar."""
+        """Render the prompt, label its spans, and pick the output grammar.
+
+        ``label_spans(text)`` overrides how prompt spans are labelled (the SQL helper labels
+        its DDL); by default the tool schemas rendered into the prompt are labelled.
+        """
         spec = TEXT
         specs: tuple[ToolSpec, ...] = ()
         if tools:
@@ -165,6 +170,7 @@ class Runtime:
         seed: int | None = None,
         conversation: Conversation | None = None,
         spec: OutputSpec | None = None,
+        label_spans: Callable[[str], list[CharSpan]] | None = None,
     ) -> ChatResult:
         """One assistant turn. Tool calls come back in ``result.message["tool_calls"]``."""
         result = None
@@ -181,6 +187,7 @@ class Runtime:
             seed=seed,
             conversation=conversation,
             spec=spec,
+            label_spans=label_spans,
             _final=True,
         ):
             if isinstance(item, ChatResult):
@@ -204,13 +211,14 @@ class Runtime:
         seed: int | None = None,
         conversation: Conversation | None = None,
         spec: OutputSpec | None = None,
+        label_spans: Callable[[str], list[CharSpan]] | None = None,
         _final: bool = False,
     ) -> AsyncIterator[Delta | ChatResult]:
         """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked)."""
         params = SamplingParams(max_new_tokens, temperature, top_p, seed)
         chosen, session = self._session(policy, budget)
         ids, labels, tool_spec = self.prepare(
-            messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels
+            messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
         )
         spec = spec or tool_spec
         if conversation is not None:
