@@ -8,7 +8,7 @@ worker through the engine's inbox and a per-request memory stream of events.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -18,7 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.grammars.prompt import render_tool_prompt
-from pask_agent.grammars.span_labels import label_prompt_spans, labels_for_tokens
+from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
 from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
 from pask_agent.policy.base import Policy, PolicyEnv
