@@ -6,7 +6,9 @@ answers two hooks:
 
 * ``plan_prefill(labels)``: one action per layer group for each new prompt token (``[n, 3]``
   ``Action`` values), decided before the prompt forward (paper §3.6);
-* ``on_token(tag, is_stop=...)``: the per-group actions for one accepted token (§3.5).
+* ``on_token(tag, is_stop=...)``: the per-group actions for one accepted token (§3.5);
+* ``revise(view)`` (only for policies with ``revises = True``, the score- and recency-based
+  baselines): after each step, late demotions of tokens that already left the window.
 
 Actions are *scheduled*: the store executes them when the token leaves the recent window, and
 the store alone enforces sink and window protection. Policies never see tensors or storage.
@@ -17,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
+
+import numpy as np
 
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action
@@ -35,6 +39,35 @@ class PolicyEnv:
     budget: float | None = None  # target total B; None = the policy's own default
 
 
+@dataclass(frozen=True, slots=True)
+class RetentionView:
+    """One sequence's retention after a step, as a revising policy sees it (no KV tensors).
+
+    Per layer group: positions held high and held low (settled tokens only: sinks and the
+    recent window are the store's to protect), and the attention mass each position has
+    received (``scores``: all steps; ``step_scores``: the latest step only), or None when the
+    policy does not ask for scores.
+    """
+
+    length: int
+    settled: int
+    sinks: int
+    high: tuple[np.ndarray, np.ndarray, np.ndarray]
+    low: tuple[np.ndarray, np.ndarray, np.ndarray]
+    scores: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    step_scores: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    prefill_done: bool  # the prompt has been fully processed
+
+
+@dataclass(frozen=True, slots=True)
+class Demotion:
+    """Move ``positions`` of one layer group to ``action`` (H→L, H→R or L→R)."""
+
+    group: int
+    positions: tuple[int, ...]
+    action: Action
+
+
 class PolicySession(Protocol):
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]: ...
 
@@ -47,6 +80,9 @@ class Policy:
     name: ClassVar[str] = ""
     needs_tags: ClassVar[bool] = False  # wants structural tags from a tagger
     needs_labels: ClassVar[bool] = False  # wants prompt span labels
+    needs_scores: ClassVar[bool] = False  # wants attention mass per key (computed in attention)
+    revises: ClassVar[bool] = False  # its session has revise(view) -> Sequence[Demotion]
+    observation_tokens: ClassVar[int] = 0  # last prompt tokens run as their own chunk (SnapKV)
 
     def start(self, env: PolicyEnv) -> PolicySession:
         raise NotImplementedError

@@ -22,13 +22,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 import xgrammar as xgr
 
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.grammars.token_text import TokenTextStream
 from pask_agent.grammars.tool_grammar import special_token_ids, stop_token_ids
-from pask_agent.policy.base import PolicySession
+from pask_agent.policy.base import Demotion, Policy, PolicySession, RetentionView
 from pask_agent.runtime.constraint import Constraint, OutputSpec
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.models import LoadedModel
@@ -106,6 +107,7 @@ class Request:
     spec: OutputSpec
     params: SamplingParams
     state: SequenceState  # a fresh one per bare request, the conversation's otherwise
+    policy: Policy = field(default_factory=Policy)
     keep_sequence: bool = False
     cancelled: bool = False
     # engine-side progress
@@ -225,7 +227,11 @@ class Engine:
             if r.prefill_pos < len(r.prompt_ids):
                 if budget <= 0:
                     continue
-                ids = r.prompt_ids[r.prefill_pos : r.prefill_pos + budget]
+                end = min(len(r.prompt_ids), r.prefill_pos + budget)
+                obs = len(r.prompt_ids) - r.policy.observation_tokens
+                if r.prefill_pos < obs < end:  # the observation window runs as its own chunk
+                    end = obs
+                ids = r.prompt_ids[r.prefill_pos : end]
                 budget -= len(ids)
                 r.prefill_pos += len(ids)
                 ready = r.prefill_pos == len(r.prompt_ids)
@@ -236,9 +242,13 @@ class Engine:
             r.state.ids_in_store.extend(ids)
             batch.append((r, ready))
         device = next(self.model.parameters()).device
-        step = self.store.begin_step(chunks)
+        want_scores = any(r.policy.needs_scores for r, _ in batch)
+        step = self.store.begin_step(chunks, want_scores=want_scores)
         logits = forward_step(self.model, self.cache, step, torch.tensor(tokens, device=device))
         self.store.end_step(step)
+        for r, _ in batch:
+            if r.policy.revises:
+                self._revise(r, with_scores=r.policy.needs_scores)
         ready_rows = [(row, r) for row, (r, ready) in enumerate(batch) if ready]
         if ready_rows:
             self._mask(logits, ready_rows)
@@ -249,6 +259,33 @@ class Engine:
                 self._release(r, drop_sequence=True)
                 events.append((r, Failed(exc)))
         return events
+
+    def _revise(self, r: Request, *, with_scores: bool) -> None:
+        seq = r.state.seq_id
+        store = self.store
+        high, low, scores, latest = [], [], [], []
+        settled = store.settled(seq)
+        for g in range(3):
+            h, lo = store.retained(seq, g)
+            high.append(np.array([p for p in h if store.config.sinks <= p < settled], np.int64))
+            low.append(np.array([p for p in lo if p < settled], np.int64))
+            if with_scores:
+                scores.append(store.token_scores(seq, g).numpy())
+                latest.append(store.token_scores(seq, g, latest_step=True).numpy())
+        view = RetentionView(
+            length=store.length(seq),
+            settled=settled,
+            sinks=store.config.sinks,
+            high=tuple(high),
+            low=tuple(low),  # type: ignore[arg-type]
+            scores=tuple(scores) if with_scores else None,  # type: ignore[arg-type]
+            step_scores=tuple(latest) if with_scores else None,  # type: ignore[arg-type]
+            prefill_done=r.prefill_pos >= len(r.prompt_ids),
+        )
+        demotions: list[Demotion] = list(r.state.session.revise(view))  # type: ignore[attr-defined]
+        for d in demotions:
+            if d.positions:
+                store.demote(seq, d.group, d.positions, d.action)
 
     def _mask(self, logits: torch.Tensor, rows: list[tuple[int, Request]]) -> None:
         constrained = [(row, r) for row, r in rows if r.constraint.matcher is not None]

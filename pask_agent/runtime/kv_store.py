@@ -176,6 +176,9 @@ class _Sequence:
     low: list[_SlotMap] = field(default_factory=list)
     pending: dict[int, tuple[Action, ...]] = field(default_factory=dict)
     peak_bytes: int = 0
+    # attention mass per position and group: all steps so far, and the latest step alone
+    scores: list[torch.Tensor] = field(default_factory=list)
+    step_scores: list[torch.Tensor] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +251,6 @@ class KVStore:
         self.low_vs = [torch.ones_like(t) for t in self.low_ks]
         self._seqs: dict[str, _Sequence] = {}
         self.peak_bytes = 0
-        self.last_scores: dict[int, KeyScores] = {}
 
     # ----------------------------------------------------------------- sequences
     def add_sequence(self, seq_id: str) -> None:
@@ -336,7 +338,7 @@ class KVStore:
         for seq_id, n in chunks:
             self._seqs[seq_id].length += n
         self._note_peak(chunks)
-        return StepBatch(
+        batch = StepBatch(
             seq_ids=tuple(s for s, _ in chunks),
             q_offsets=torch.tensor(offsets, dtype=torch.int64),
             positions=torch.tensor(positions, dtype=torch.int64, device=self.device),
@@ -345,6 +347,9 @@ class KVStore:
             low=tuple(lows),
             want_scores=want_scores,
         )
+        if want_scores:
+            self._reset_step_scores(batch)
+        return batch
 
     def write(self, layer: int, step: StepBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store this step's K/V rows ``[T, Hkv, D]`` of one layer in its high pool."""
@@ -383,12 +388,84 @@ class KVStore:
         )
         if step.want_scores:
             out, scores = result
-            self.last_scores[layer] = scores
+            self._accumulate(g, step, scores)
             return out
         return result
 
+    def _accumulate(self, g: int, step: StepBatch, scores: KeyScores) -> None:
+        """Add one layer's attention mass per key (summed over KV heads) to each sequence."""
+        parts = (
+            (scores.high.sum(-1), step.high[g].positions, step.high[g].offsets.tolist()),
+            (scores.low.sum(-1), step.low[g].positions, step.low[g].offsets.tolist()),
+            (scores.cur.sum(-1), step.positions, step.q_offsets.tolist()),
+        )
+        for b, seq_id in enumerate(step.seq_ids):
+            seq = self._seqs[seq_id]
+            acc = seq.step_scores[g]
+            for mass, positions, offsets in parts:
+                lo, hi = offsets[b], offsets[b + 1]
+                if hi > lo:
+                    acc.index_add_(0, positions[lo:hi], mass[lo:hi].to(acc.device))
+
+    def _reset_step_scores(self, step: StepBatch) -> None:
+        for seq_id in step.seq_ids:
+            seq = self._seqs[seq_id]
+            for g in range(3):
+                if len(seq.scores) <= g:
+                    seq.scores.append(torch.zeros(0))
+                    seq.step_scores.append(torch.zeros(0))
+                if seq.scores[g].numel() < seq.length:
+                    seq.scores[g] = _grow(
+                        seq.scores[g], max(seq.length, 2 * seq.scores[g].numel()), 0.0
+                    )
+                seq.step_scores[g] = torch.zeros(seq.scores[g].numel())
+
+    def token_scores(self, seq_id: str, group: int, *, latest_step: bool = False) -> torch.Tensor:
+        """``[length]`` attention mass each position received (all steps, or the last one)."""
+        seq = self._get(seq_id)
+        if not seq.scores:
+            return torch.zeros(seq.length)
+        src = seq.step_scores if latest_step else seq.scores
+        return src[group][: seq.length]
+
+    def retained(self, seq_id: str, group: int) -> tuple[list[int], list[int]]:
+        """Positions held high and held low in one group (unordered)."""
+        seq = self._get(seq_id)
+        return list(seq.high[group].positions), list(seq.low[group].positions)
+
+    def settled(self, seq_id: str) -> int:
+        """Tokens below this position have left the recent window (sinks excepted)."""
+        return self._get(seq_id).settled
+
+    def demote(self, seq_id: str, group: int, positions: Sequence[int], action: Action) -> None:
+        """Late demotion of settled tokens: H→L, H→R or L→R (promotion is impossible, B.2).
+
+        Sinks and tokens still inside the recent window are protected and refused.
+        """
+        seq = self._get(seq_id)
+        bad = [p for p in positions if p < self.config.sinks or p >= seq.settled]
+        if bad:
+            raise KVStoreError(f"positions {bad[:5]} are sinks or inside the recent window")
+        if action == Action.L:
+            missing = [p for p in positions if p not in seq.high[group].index]
+            if missing:
+                raise KVStoreError(f"positions {missing[:5]} are not held high; cannot quantize")
+            self._apply_group(seq, group, list(positions), [])
+        elif action == Action.R:
+            in_high = [p for p in positions if p in seq.high[group].index]
+            in_low = [p for p in positions if p in seq.low[group].index]
+            self._apply_group(seq, group, [], in_high)
+            self._low_alloc[group].give([seq.low[group].remove(p) for p in in_low])
+        else:
+            raise KVStoreError("demote takes L or R; nothing can be promoted back to H")
+
     def end_step(self, step: StepBatch) -> None:
         """Execute the scheduled actions of tokens that left the recent window this step."""
+        if step.want_scores:
+            for seq_id in step.seq_ids:
+                seq = self._seqs[seq_id]
+                for g in range(3):
+                    seq.scores[g] += seq.step_scores[g]
         s, w = self.config.sinks, self.config.window
         for seq_id in step.seq_ids:
             seq = self._seqs[seq_id]

@@ -119,9 +119,10 @@ class Runtime:
         params: SamplingParams,
         state: SequenceState,
         keep: bool,
+        policy: Policy,
     ) -> tuple[Request, MemoryObjectReceiveStream]:
         send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=float("inf"))
-        request = Request(prompt_ids, labels, spec, params, state, keep_sequence=keep)
+        request = Request(prompt_ids, labels, spec, params, state, policy, keep_sequence=keep)
         request.channel = send  # type: ignore[attr-defined]
         self.engine.inbox.append(request)
         self._wake.set()
@@ -226,7 +227,7 @@ class Runtime:
             keep = True
         else:
             state, keep = self.engine.new_sequence(session), False
-        request, receive = self._request(ids, labels, spec, params, state, keep)
+        request, receive = self._request(ids, labels, spec, params, state, keep, chosen)
         finished = False
         try:
             async with receive:
