@@ -61,6 +61,7 @@ class SamplingParams:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    ignore_eos: bool = False  # benchmarks: always generate max_new_tokens
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -300,6 +301,8 @@ class Engine:
         for row, r in rows:
             if r.constraint.matcher is None:
                 logits[row].masked_fill_(self._free_text_mask, float("-inf"))
+            if r.params.ignore_eos:
+                logits[row, list(self.stop_ids)] = float("-inf")
 
     def _advance(self, r: Request, logits: torch.Tensor) -> list[Event]:
         p = r.params

@@ -172,6 +172,7 @@ class Runtime:
         conversation: Conversation | None = None,
         spec: OutputSpec | None = None,
         label_spans: Callable[[str], list[CharSpan]] | None = None,
+        ignore_eos: bool = False,
     ) -> ChatResult:
         """One assistant turn. Tool calls come back in ``result.message["tool_calls"]``."""
         result = None
@@ -189,7 +190,8 @@ class Runtime:
             conversation=conversation,
             spec=spec,
             label_spans=label_spans,
-            _final=True,
+            ignore_eos=ignore_eos,
+            with_result=True,
         ):
             if isinstance(item, ChatResult):
                 result = item
@@ -213,10 +215,11 @@ class Runtime:
         conversation: Conversation | None = None,
         spec: OutputSpec | None = None,
         label_spans: Callable[[str], list[CharSpan]] | None = None,
-        _final: bool = False,
+        ignore_eos: bool = False,
+        with_result: bool = False,
     ) -> AsyncIterator[Delta | ChatResult]:
         """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked)."""
-        params = SamplingParams(max_new_tokens, temperature, top_p, seed)
+        params = SamplingParams(max_new_tokens, temperature, top_p, seed, ignore_eos)
         chosen, session = self._session(policy, budget)
         ids, labels, tool_spec = self.prepare(
             messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
@@ -238,7 +241,7 @@ class Runtime:
                         raise event.error
                     elif isinstance(event, Finished):
                         finished = True
-                        if _final:
+                        if with_result:
                             yield self._result(event, spec)
                         return
         finally:
