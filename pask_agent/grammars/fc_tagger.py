@@ -1,0 +1,385 @@
+"""The function-calling structural tagger: one ``Tag`` per accepted token (§3.3, App. A.1, B.1).
+
+PASK's decode signal is the parser's view of each generated token. xgrammar computes the masks
+but keeps its parser private, so ``FunctionCallTagger`` runs our own incremental parser
+(``json_lexer`` over ``json_nodes``) on the same output language as ``tool_grammar``: a call
+``{"name": "<tool>", "arguments": {...}}``, a JSON array of calls when ``parallel``, or free text
+(first character not ``{``/``[``) under ``tool_choice`` auto/none. A test walks both parsers on
+random outputs so they agree on legality and completion.
+
+Character tags (Table 5 vocabularies)::
+
+    character                                     cls              role            state
+    { } [ ] , : space, quotes around keys/strings pure_scaffold    scaffold_sep.   boundary
+    the call's own keys  "name" / "arguments"     pure_scaffold    dispatch_key /  boundary
+                                                                   scaffold_sep.
+    tool-name value                               schema_bearing   dispatch_key    critical
+    argument key (any depth)                      schema_bearing   required|opt.   critical
+    enum / const / true / false / null value      schema_bearing   required|opt.   critical
+    first character of a free string or number    free_generation  required|opt.   critical
+    later characters of a free string or number   free_generation  required|opt.   boundary
+    free text                                     free_generation  scaffold_sep.   boundary
+
+``required``/``optional`` is the schema's own split for the innermost property a key or value
+belongs to (array items and any-values inherit it). Under ``tool_choice="auto"`` the first
+character commits to "call or text", so it is ``critical`` whatever it is.
+
+A token's tag is the conservative combination of its characters' tags (App. B.1): per component
+the maximum under ``cls`` pure_scaffold < free_generation < schema_bearing, ``role``
+scaffold_separator < optional < required < dispatch_key, ``state`` boundary < critical. Where
+``anyOf`` leaves several parses alive, their tags combine the same way (App. A.1).
+
+``next`` describes the state after the token, not its characters: ``lookahead_critical`` when the
+next meaningful character (skipping the forced space of ``", "``/``": "`` and an opening quote)
+may be a critical one: after ``"name": `` or inside a tool name, after ``{``/``, `` where an
+argument key follows, inside a key, after ``": "`` before a scalar value, after a string's
+opening quote. Otherwise ``no_lookahead``.
+
+Work and memory per token are independent of the output length: the parser state is a stack
+bounded by the schema's nesting, snapshots share structure, and the undo log for ``rollback``
+keeps at most ``max_rollback`` snapshots (B.7).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pask_agent.errors import GrammarRejectedError, ToolChoiceError
+from pask_agent.grammars.json_ebnf import JsonLayout
+from pask_agent.grammars.json_lexer import Reject, can_end, initial, step
+from pask_agent.grammars.json_nodes import (
+    AFTER,
+    COLON,
+    COLON_SP,
+    KEY,
+    OPEN,
+    VALUE,
+    AnyNode,
+    DispatchNode,
+    Kind,
+    LiteralNode,
+    LitFrame,
+    MapFrame,
+    Node,
+    NumberNode,
+    NumFrame,
+    RecFrame,
+    Role,
+    Stack,
+    StartFrame,
+    StrFrame,
+    StringNode,
+    TextFrame,
+    TextNode,
+    UnionNode,
+    output_node,
+)
+from pask_agent.grammars.tags import Tag
+from pask_agent.grammars.tool_grammar import TOOL_CHOICE_MODES, ToolCallGrammar
+from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
+
+# Component orders for the conservative combination (index = rank; max wins).
+CLS_ORDER: tuple[str, ...] = ("pure_scaffold", "free_generation", "schema_bearing")
+ROLE_ORDER: tuple[str, ...] = ("scaffold_separator", "optional", "required", "dispatch_key")
+STATE_ORDER: tuple[str, ...] = ("boundary", "critical")
+NEXT_ORDER: tuple[str, ...] = ("no_lookahead", "lookahead_critical")
+
+_PURE, _FREE, _SCHEMA = 0, 1, 2
+_BOUNDARY, _CRITICAL = 0, 1
+# Kind → (cls rank, state rank); the role comes from the parser.
+_KIND_TAG: dict[Kind, tuple[int, int]] = {
+    Kind.SPACE: (_PURE, _BOUNDARY),
+    Kind.PUNCT: (_PURE, _BOUNDARY),
+    Kind.QUOTE: (_PURE, _BOUNDARY),
+    Kind.FIXED_KEY: (_PURE, _BOUNDARY),
+    Kind.TOOL_NAME: (_SCHEMA, _CRITICAL),
+    Kind.ARG_KEY: (_SCHEMA, _CRITICAL),
+    Kind.LITERAL: (_SCHEMA, _CRITICAL),
+    Kind.VALUE_FIRST: (_FREE, _CRITICAL),
+    Kind.VALUE_REST: (_FREE, _BOUNDARY),
+    Kind.TEXT: (_FREE, _BOUNDARY),
+}
+_CRITICAL_KINDS = frozenset(k for k, (_, s) in _KIND_TAG.items() if s == _CRITICAL)
+_TAGS: dict[tuple[int, int, int, int], Tag] = {
+    (c, r, s, n): Tag(CLS_ORDER[c], ROLE_ORDER[r], STATE_ORDER[s], NEXT_ORDER[n])
+    for c in range(3)
+    for r in range(4)
+    for s in range(2)
+    for n in range(2)
+}
+
+
+class FunctionCallTagger:
+    """Incremental tagger for one assistant output; make a fresh one (``fresh()``) per request.
+
+    Parameters
+    ----------
+    tools
+        Anything ``tool_specs`` accepts (``ToolSpec``, BFCL docs, OpenAI dicts, …).
+    parallel
+        Whether the output is a JSON array of calls (as in ``compile_tool_grammar``).
+    tool_choice
+        ``auto`` (call or free text), ``required``/``any``, ``none`` or one tool's name.
+    layout
+        Literal bounds; must equal the grammar's (``JsonLayout()`` by default, as there).
+    max_rollback
+        How many of the latest tokens ``rollback`` can undo.
+
+    Raises
+    ------
+    SchemaError, ToolChoiceError
+        Bad tools or an unknown ``tool_choice``.
+    """
+
+    family = "function_calling"
+
+    def __init__(
+        self,
+        tools: Sequence[Any],
+        *,
+        parallel: bool,
+        tool_choice: str = "auto",
+        layout: JsonLayout | None = None,
+        max_rollback: int = 64,
+    ) -> None:
+        specs = tool_specs(tools)
+        _check_choice(tool_choice, specs)
+        if max_rollback < 0:
+            raise ValueError(f"max_rollback must be >= 0, got {max_rollback}")
+        self.tools = specs
+        self.parallel = bool(parallel)
+        self.tool_choice = tool_choice
+        self.layout = layout or JsonLayout()
+        self.max_rollback = max_rollback
+        modes = tool_choice in TOOL_CHOICE_MODES
+        self._root = output_node(
+            [t for t in specs if modes or t.name == tool_choice],
+            parallel=self.parallel,
+            calls=tool_choice != "none",
+            text=tool_choice in ("auto", "none"),
+            layout=self.layout,
+        )
+        self._reset()
+
+    @classmethod
+    def from_grammar(
+        cls, grammar: ToolCallGrammar, *, max_rollback: int = 64
+    ) -> FunctionCallTagger:
+        """A tagger for exactly the output language of a compiled tool-call grammar."""
+        return cls(
+            grammar.tools,
+            parallel=grammar.parallel,
+            tool_choice=grammar.tool_choice,
+            max_rollback=max_rollback,
+        )
+
+    def fresh(self) -> FunctionCallTagger:
+        """A new tagger at the start of an output, sharing this one's compiled schema nodes."""
+        other = object.__new__(FunctionCallTagger)
+        for name in ("tools", "parallel", "tool_choice", "layout", "max_rollback", "_root"):
+            setattr(other, name, getattr(self, name))
+        other._reset()
+        return other
+
+    def _reset(self) -> None:
+        self._configs: tuple[Stack, ...] = (initial(self._root),)
+        self._chars = 0
+        self._tokens = 0
+        self._partial = False  # the last token ended inside a multi-byte character
+        self._undo: deque[tuple[tuple[Stack, ...], int, bool]] = deque(maxlen=self.max_rollback)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens fed since the start (rollbacks subtract)."""
+        return self._tokens
+
+    @property
+    def is_complete(self) -> bool:
+        """True exactly when the output so far is complete: the grammar would accept a stop
+        token now (a whole call or array of calls, or at least one character of free text), and
+        no multi-byte character is left half-written."""
+        return not self._partial and any(can_end(s) for s in self._configs)
+
+    def feed(self, token_text: str) -> Tag:
+        """Consume one accepted token's text and return its tag.
+
+        ``token_text`` is the token's share of the decoded output (``TokenTextStream``); it may
+        hold several characters across structural boundaries, or none while a multi-byte
+        character is still incomplete: the tag is then that of the character in progress, and
+        the output is not complete until a later token finishes that character.
+
+        Raises
+        ------
+        GrammarRejectedError
+            The text is not a continuation the grammar accepts; the tagger is left unchanged.
+        """
+        configs, chars = self._configs, self._chars
+        cls = role = state = 0
+        for offset, ch in enumerate(token_text):
+            survivors: list[Stack] = []
+            first_reason: Reject | None = None
+            for config in configs:
+                try:
+                    results = step(config, ch)
+                except Reject as exc:
+                    first_reason = first_reason or exc
+                    continue
+                for new, kind, char_role in results:
+                    survivors.append(new)
+                    c, s = _KIND_TAG[kind]
+                    cls, state = max(cls, c), max(state, s)
+                    role = max(role, char_role)
+            if not survivors:
+                raise GrammarRejectedError(
+                    f"token {self._tokens} ({token_text!r}): character {offset} ({ch!r}, output "
+                    f"offset {chars}) is not accepted: {first_reason}",
+                    token_index=self._tokens,
+                )
+            configs = tuple(dict.fromkeys(survivors)) if len(survivors) > 1 else (survivors[0],)
+            if chars == 0 and self.tool_choice == "auto":
+                state = _CRITICAL  # the first character decides between a call and text
+            chars += 1
+        if not token_text:
+            for config in configs:
+                kind, char_role = pending(config)
+                c, s = _KIND_TAG[kind]
+                cls, state, role = max(cls, c), max(state, s), max(role, char_role)
+        nxt = int(any(k in _CRITICAL_KINDS for config in configs for k in upcoming(config)))
+        self._undo.append((self._configs, self._chars, self._partial))
+        self._configs, self._chars, self._partial = configs, chars, not token_text
+        self._tokens += 1
+        return _TAGS[(cls, int(role), state, nxt)]
+
+    def feed_all(self, token_texts: Iterable[str]) -> list[Tag]:
+        """``feed`` each text in order."""
+        return [self.feed(text) for text in token_texts]
+
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` feeds (speculative or jump-forward decoding, App. B.7).
+
+        Raises ``ValueError`` when ``n`` exceeds what the bounded undo log holds.
+        """
+        if n < 0 or n > len(self._undo):
+            raise ValueError(
+                f"cannot roll back {n} token(s): {len(self._undo)} can be undone "
+                f"(max_rollback={self.max_rollback})"
+            )
+        if n == 0:
+            return
+        for _ in range(n - 1):
+            self._undo.pop()
+        self._configs, self._chars, self._partial = self._undo.pop()
+        self._tokens -= n
+
+
+def _check_choice(tool_choice: Any, specs: Sequence[ToolSpec]) -> None:
+    if not isinstance(tool_choice, str):
+        raise ToolChoiceError(f"tool_choice must be a string, got {type(tool_choice).__name__}")
+    names = [s.name for s in specs]
+    if tool_choice not in TOOL_CHOICE_MODES and tool_choice not in names:
+        raise ToolChoiceError(
+            f"tool_choice {tool_choice!r} is neither one of {', '.join(TOOL_CHOICE_MODES)} nor a "
+            f"tool name; tools are: {', '.join(names)}"
+        )
+
+
+# ---- looking ahead (the ``next`` component) ----------------------------------------------------
+def upcoming(stack: Stack) -> frozenset[Kind]:
+    """Kinds the next meaningful character may have, skipping the space of a separator and the
+    opening quote of a key or string (those are forced and carry no decision)."""
+    if stack is None:
+        return frozenset()
+    f = stack[0]
+    kind = type(f)
+    if kind is TextFrame:
+        return _K_TEXT
+    if kind is StartFrame:
+        return _start_kinds(f.node, -1)
+    if kind is StrFrame:
+        return _K_STR_FIRST if f.count == 0 and f.esc == 0 else _K_STR_REST
+    if kind is NumFrame:
+        return _K_NUM_REST
+    if kind is LitFrame:
+        texts, pos, out = f.node.texts, f.pos, set()
+        for i in f.cands:
+            text = texts[i]
+            if pos >= len(text):
+                out.add(Kind.PUNCT)
+            elif text[pos] == '"' and pos == len(text) - 1:
+                out.add(Kind.QUOTE)
+            else:
+                out.add(f.node.kind)
+        return frozenset(out)
+    if f.phase in (COLON, AFTER):
+        return _K_PUNCT
+    if kind is RecFrame:
+        props = f.node.props
+        if f.phase == KEY:
+            return frozenset(
+                props[j].key_kind if len(props[j].raw) > f.pos + 1 else Kind.QUOTE for j in f.cands
+            )
+        if f.phase in (COLON_SP, VALUE):
+            return _start_kinds(props[f.cands[0]].node, f.choice)
+        keys = frozenset(props[j].key_kind for j in f.node.allowed[f.idx])
+        return keys | _K_PUNCT if f.phase == OPEN and f.node.can_close[0] else keys
+    if kind is MapFrame:
+        if f.phase in (COLON_SP, VALUE):
+            return _start_kinds(f.node.value, -1)
+        return _K_MAP_OPEN if f.phase == OPEN else _K_FIRST
+    # ArrFrame
+    item = f.node.item_at(f.count)
+    if item is None or (f.node.max_count is not None and f.count >= f.node.max_count):
+        return _K_PUNCT
+    kinds = _start_kinds(item, -1)
+    return kinds | _K_PUNCT if f.phase == OPEN and f.node.min_count == 0 else kinds
+
+
+def _start_kinds(node: Node, choice: int) -> frozenset[Kind]:
+    kind = type(node)
+    if kind is DispatchNode:
+        return _K_PUNCT if choice < 0 else _start_kinds(node.options[choice], -1)
+    if kind is UnionNode:
+        return frozenset().union(*(_start_kinds(o, choice) for o in node.options))
+    if kind is StringNode:
+        return _K_STR_FIRST
+    if kind is NumberNode:
+        return _K_FIRST
+    if kind is LiteralNode:
+        return frozenset(
+            (Kind.QUOTE if t == '""' else node.kind) if t[0] == '"' else node.kind
+            for t in node.texts
+        )
+    if kind is AnyNode:
+        return _K_ANY
+    if kind is TextNode:
+        return _K_TEXT
+    return _K_PUNCT
+
+
+def pending(stack: Stack) -> tuple[Kind, Role]:
+    """Kind and role of the character being produced when a token adds no complete character
+    (a token holding only part of a multi-byte character)."""
+    if stack is None:
+        return Kind.PUNCT, Role.SCAFFOLD
+    f = stack[0]
+    if isinstance(f, StrFrame):
+        return (Kind.VALUE_FIRST if f.count == 0 else Kind.VALUE_REST), f.role
+    if isinstance(f, LitFrame):
+        return f.node.kind, f.role
+    if isinstance(f, RecFrame) and f.phase == KEY:
+        return f.node.props[f.cands[0]].key_kind, max(f.node.props[j].role for j in f.cands)
+    if isinstance(f, TextFrame | StartFrame):
+        return Kind.TEXT, Role.SCAFFOLD
+    return Kind.PUNCT, Role.SCAFFOLD
+
+
+_K_TEXT = frozenset((Kind.TEXT,))
+_K_PUNCT = frozenset((Kind.PUNCT,))
+_K_FIRST = frozenset((Kind.VALUE_FIRST,))
+_K_STR_FIRST = frozenset((Kind.VALUE_FIRST, Kind.QUOTE))
+_K_STR_REST = frozenset((Kind.VALUE_REST, Kind.QUOTE))
+_K_NUM_REST = frozenset((Kind.VALUE_REST, Kind.PUNCT))
+_K_MAP_OPEN = frozenset((Kind.VALUE_FIRST, Kind.PUNCT))
+_K_ANY = frozenset((Kind.VALUE_FIRST, Kind.LITERAL, Kind.PUNCT))

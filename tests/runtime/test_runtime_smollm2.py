@@ -1,0 +1,122 @@
+"""Runtime behaviour on SmolLM2 (fast): batching exactness, cancellation, conversations."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from pask_agent.errors import ConfigError
+from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.results import Delta
+from pask_agent.runtime.runtime import Runtime
+
+PROMPTS = [
+    "Name three colors.",
+    "Write a haiku about the sea and the wind that blows over it at night.",
+    "What is 2+2?",
+    "List the planets of the solar system in order from the sun.",
+    "Say hello.",
+    "Explain recursion to a child in two sentences.",
+    "Give me a fun fact about cats.",
+    "Translate 'good morning' to French, Spanish and German.",
+]
+
+
+def _msgs(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def test_batching_is_exact_and_cancellation_frees_kv(smollm2) -> None:
+    async def main() -> None:
+        async with Runtime.open(smollm2) as rt:
+            solo = [(await rt.chat(_msgs(p), max_new_tokens=20)).token_ids for p in PROMPTS]
+            batched: list = [None] * 8
+
+            async def one(i: int) -> None:
+                batched[i] = (await rt.chat(_msgs(PROMPTS[i]), max_new_tokens=20)).token_ids
+
+            async with anyio.create_task_group() as tg:
+                for i in range(8):
+                    tg.start_soon(one, i)
+            assert batched == solo  # 8 prompts of different lengths, one forward per step
+            assert rt.engine.store.live_bytes() == 0
+
+            # 16 concurrent calls; cancel 8 of them mid-generation
+            done: dict[int, tuple] = {}
+            progress = {i: 0 for i in range(16)}
+
+            async def streamed(i: int) -> None:
+                tokens: list[int] = []
+                async for d in rt.stream(_msgs(PROMPTS[i % 8]), max_new_tokens=20):
+                    assert isinstance(d, Delta)
+                    tokens.extend(d.token_ids)
+                    progress[i] += 1
+                done[i] = tuple(tokens)
+
+            async with anyio.create_task_group() as tg:
+                scopes = []
+                for i in range(16):
+                    scope = anyio.CancelScope()
+                    scopes.append(scope)
+
+                    async def runner(i: int = i, scope: anyio.CancelScope = scope) -> None:
+                        with scope:
+                            await streamed(i)
+
+                    tg.start_soon(runner)
+                with anyio.fail_after(300):
+                    while min(progress[i] for i in range(1, 16, 2)) < 3:
+                        await anyio.sleep(0.05)
+                for i in range(1, 16, 2):
+                    scopes[i].cancel()
+            kept = sorted(done)
+            assert all(i % 2 == 0 for i in kept) and len(kept) == 8
+            for i in kept:
+                assert done[i] == solo[i % 8]
+            assert rt.engine.store.live_bytes() == 0
+            assert not rt.engine.live and not rt.engine.inbox
+
+    anyio.run(main)
+
+
+def test_conversation_second_turn_prefills_only_new_tokens(smollm2) -> None:
+    async def main() -> None:
+        async with Runtime.open(smollm2) as rt:
+            conv = rt.conversation("c1")
+            messages = _msgs("Name a fruit.")
+            first = await rt.chat(messages, max_new_tokens=12, conversation=conv)
+            assert first.usage.prefilled_tokens == first.usage.prompt_tokens
+            in_store = conv.tokens_in_store
+            messages = [*messages, first.message | {"content": first.text},
+                        {"role": "user", "content": "And a vegetable?"}]
+            second = await rt.chat(messages, max_new_tokens=12, conversation=conv)
+            reused = second.usage.prompt_tokens - second.usage.prefilled_tokens
+            # everything the first turn left in the store is reused, up to where the rendered
+            # history diverges from the generated tokens (at most the turn's closing tokens)
+            assert in_store - 2 <= reused <= in_store
+            assert second.usage.prefilled_tokens < second.usage.prompt_tokens // 2
+            assert rt.engine.store.live_bytes() > 0  # the conversation keeps its KV
+
+    anyio.run(main)
+
+
+def test_admission_waits_instead_of_failing(smollm2) -> None:
+    # room for about one request's worst case at a time: the rest must queue, not fail
+    per_token = 30 * 2 * 3 * 64 * 2
+    config = RuntimeConfig(kv_capacity_bytes=per_token * 120)
+
+    async def main() -> None:
+        async with Runtime.open(smollm2, config=config) as rt:
+            results: list = []
+
+            async def one(p: str) -> None:
+                results.append(await rt.chat(_msgs(p), max_new_tokens=8))
+
+            async with anyio.create_task_group() as tg:
+                for p in PROMPTS[:4]:
+                    tg.start_soon(one, p)
+            assert len(results) == 4
+            with pytest.raises(ConfigError, match="kv_capacity_bytes"):
+                await rt.chat(_msgs("word " * 200), max_new_tokens=8)
+
+    anyio.run(main)
