@@ -261,7 +261,8 @@ def _literal_choices(node: Mapping[str, Any], path: str) -> dict[str, Any]:
                 f"enum value {value!r} is not of the declared type {type_!r}",
                 path=f"{path}.{key}[{i}]",
             )
-    out: dict[str, Any] = {key: list(values)}
+    # const is an enum of one: the grammar and the tagger then need a single literal path
+    out: dict[str, Any] = {"enum": list(values)}
     if type_ is not None and type_ != "any":
         out["type"] = type_
     return out

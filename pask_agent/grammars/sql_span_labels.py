@@ -1,0 +1,203 @@
+"""Prompt span labels for SQLite DDL in a text-to-SQL prompt (paper §3.6, App. A.3, Table 6).
+
+All prompt text starts as ``protected_content``. A ``CREATE TABLE`` statement becomes schema
+text only after it is validated: it must parse with sqlglot (SQLite dialect) as a table
+definition whose name is a table of the given schema. Inside a validated statement:
+
+* table identifiers (the defined table and ``REFERENCES`` targets) → ``function_name``;
+* column identifiers (definitions, key lists, referenced columns) → ``parameter_key``;
+* declared column types (``INTEGER``, ``VARCHAR(20)``) → ``type_constraint``;
+* constraints (``PRIMARY KEY``, ``NOT NULL``, ``UNIQUE``, ``DEFAULT`` and its value,
+  ``REFERENCES``, ``FOREIGN KEY``, ``CHECK``, ``COLLATE``, ``AUTOINCREMENT``, ``ON DELETE``...)
+  → ``enum_constraint``;
+* everything else in the statement (``CREATE TABLE``, parentheses, commas, whitespace, ``;``,
+  ``CHECK`` expressions) → ``schema_scaffold``.
+
+Quoted identifiers are labelled inside the quotes; the quotes are scaffold. The labels reach
+tokens through ``span_labels.labels_for_tokens`` (offset mapping, conservative combination).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.sqlite import SQLite
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from pask_agent.grammars.span_labels import CharSpan, labels_for_tokens
+from pask_agent.grammars.sql_schema import CONSTRAINT_WORDS, SqlSchema
+
+_CREATE = re.compile(r"\bCREATE\s+TABLE\b", re.IGNORECASE)
+_QUOTES = {'"': '"', "`": "`", "[": "]", "'": "'"}
+_TABLE_CONSTRAINTS = frozenset(("CONSTRAINT", "PRIMARY", "FOREIGN", "UNIQUE", "CHECK"))
+_NAME_TYPES = (TokenType.VAR, TokenType.IDENTIFIER)
+
+
+def find_ddl_spans(text: str, schema: SqlSchema) -> list[tuple[int, int]]:
+    """Character spans ``[start, end)`` of validated ``CREATE TABLE`` statements in ``text``."""
+    names = {n.lower() for n in schema.table_names}
+    spans = []
+    for match in _CREATE.finditer(text):
+        if spans and match.start() < spans[-1][1]:
+            continue
+        end = _statement_end(text, match.end())
+        if end is None:
+            continue
+        try:
+            stmt = sqlglot.parse_one(text[match.start() : end], read="sqlite")
+        except (ParseError, TokenError):
+            continue
+        if (
+            isinstance(stmt, exp.Create)
+            and isinstance(stmt.this, exp.Schema)
+            and stmt.this.this.name.lower() in names
+        ):
+            spans.append((match.start(), end))
+    return spans
+
+
+def label_ddl_spans(text: str, schema: SqlSchema) -> list[CharSpan]:
+    """Table-6 labels as a sorted partition of ``text`` into ``(start, end, label)`` spans."""
+    labels = ["protected_content"] * len(text)
+    for start, end in find_ddl_spans(text, schema):
+        labels[start:end] = ["schema_scaffold"] * (end - start)
+        tokens = SQLite().tokenize(text[start:end])
+        for s, e, label in _label_statement(text[start:end], tokens):
+            labels[start + s : start + e] = [label] * (e - s)
+    spans: list[CharSpan] = []
+    for i, label in enumerate(labels):
+        if spans and spans[-1][2] == label and spans[-1][1] == i:
+            spans[-1] = (spans[-1][0], i + 1, label)
+        else:
+            spans.append((i, i + 1, label))
+    return spans
+
+
+def label_ddl_tokens(
+    text: str, schema: SqlSchema, tokenizer: Any, *, add_special_tokens: bool = False
+) -> list[str]:
+    """One Table-6 label per token of ``tokenizer(text)``."""
+    return labels_for_tokens(
+        text, label_ddl_spans(text, schema), tokenizer, add_special_tokens=add_special_tokens
+    )
+
+
+def _statement_end(text: str, i: int) -> int | None:
+    """End (exclusive, after an optional ``;``) of the statement whose body starts after ``i``."""
+    depth, quote = 0, ""
+    while i < len(text):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in _QUOTES:
+            quote = _QUOTES[ch]
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                j = i + 1
+                while j < len(text) and text[j] in " \t":
+                    j += 1
+                return j + 1 if j < len(text) and text[j] == ";" else i + 1
+            if depth < 0:
+                return None
+        elif ch == ";" and depth == 0:
+            return None
+        i += 1
+    return None
+
+
+def _name_span(tok: Token) -> tuple[int, int]:
+    """Characters of an identifier without its quotes."""
+    if tok.token_type == TokenType.IDENTIFIER:
+        return tok.start + 1, tok.end
+    return tok.start, tok.end + 1
+
+
+def _label_statement(stmt: str, tokens: list[Token]) -> list[CharSpan]:
+    out: list[CharSpan] = []
+
+    def put(tok: Token, label: str) -> None:
+        if label in ("function_name", "parameter_key"):
+            s, e = _name_span(tok)
+            out.append((s, e, label))
+        else:
+            out.append((tok.start, tok.end + 1, label))
+
+    i = 0
+    while i < len(tokens) and tokens[i].token_type != TokenType.L_PAREN:
+        if tokens[i].token_type in _NAME_TYPES and tokens[i].text.upper() != "IF":
+            put(tokens[i], "function_name")  # the table name (and its schema prefix)
+        i += 1
+    item_start, mode, depth = True, "", 1
+    i += 1
+    while i < len(tokens) and depth > 0:
+        tok = tokens[i]
+        kind, word = tok.token_type, tok.text.split()[0].upper() if tok.text else ""
+        if kind == TokenType.L_PAREN:
+            depth += 1
+            if mode == "type":
+                put(tok, "type_constraint")
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+            if mode == "type" and depth >= 1:
+                put(tok, "type_constraint")
+        elif depth == 1 and kind == TokenType.COMMA:
+            item_start, mode = True, ""
+        elif item_start:
+            item_start = False
+            if word in _TABLE_CONSTRAINTS and kind not in (TokenType.IDENTIFIER,):
+                mode = "table_constraint"
+                put(tok, "enum_constraint")
+            else:
+                mode = "type"
+                put(tok, "parameter_key")
+        elif (
+            mode == "type"
+            and depth == 1
+            and word in CONSTRAINT_WORDS
+            and kind
+            not in (
+                TokenType.IDENTIFIER,
+                TokenType.STRING,
+            )
+        ):
+            mode = _label_constraint_token(tok, tokens, i, depth, "constraint", put)
+        elif mode == "type":
+            put(tok, "type_constraint")
+        else:
+            mode = _label_constraint_token(tok, tokens, i, depth, mode, put)
+        i += 1
+    return out
+
+
+def _label_constraint_token(
+    tok: Token, tokens: list[Token], i: int, depth: int, mode: str, put: Any
+) -> str:
+    """Label one token inside a column or table constraint; returns the new mode."""
+    kind = tok.token_type
+    prev = tokens[i - 1].token_type if i else None
+    if kind == TokenType.REFERENCES:
+        put(tok, "enum_constraint")
+        return "references"
+    if mode == "references" and kind in _NAME_TYPES and prev == TokenType.REFERENCES:
+        put(tok, "function_name")
+        return "references"
+    if kind in _NAME_TYPES and depth == 2 and mode in ("references", "table_constraint"):
+        put(tok, "parameter_key")
+        return mode
+    if mode == "check" and depth >= 2:
+        return mode  # the CHECK expression stays scaffold
+    if tok.text.upper() == "CHECK":
+        put(tok, "enum_constraint")
+        return "check"
+    if depth == 1:
+        put(tok, "enum_constraint")
+        return "constraint" if mode != "table_constraint" else mode
+    return mode

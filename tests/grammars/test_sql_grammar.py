@@ -1,0 +1,266 @@
+"""The schema-bound SQL grammar on real xgrammar, real tokenizers, real models and real SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlglot
+import torch
+import xgrammar as xgr
+from sqlglot import exp
+from transformers import DynamicCache
+
+from pask_agent.eval.sql_data import load_sample_questions, sample_data_dir
+from pask_agent.grammars.sql_grammar import compile_sql_grammar
+from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.runtime.models import load_tokenizer
+
+DATA = sample_data_dir()
+QWEN_SPECIAL_START = 151643
+
+WRITES = [
+    "INSERT INTO students VALUES (1, 'a', 'b', 9, '2010-01-01', 'Springfield', NULL)",
+    "insert into students select * from students",
+    "UPDATE teachers SET salary = 0",
+    "DELETE FROM students",
+    "delete from students where student_id = 1",
+    "REPLACE INTO departments VALUES (1, 'x', 'y', 0)",
+    "DROP TABLE students",
+    "CREATE TABLE x (a INTEGER)",
+    "ALTER TABLE students ADD COLUMN x TEXT",
+    "ATTACH DATABASE 'other.db' AS other",
+    "DETACH DATABASE other",
+    "PRAGMA writable_schema = 1",
+    "VACUUM",
+    "SELECT 1; DROP TABLE students",
+    "SELECT * FROM students; DELETE FROM students",
+    "WITH x AS (SELECT 1) DELETE FROM students",
+    "EXPLAIN DELETE FROM students",
+    "BEGIN; DELETE FROM students; COMMIT",
+]
+VALID_EXTRAS = [
+    "select first_name from students where city like 'S%' order by first_name limit 3",
+    "SELECT T1.* FROM students AS T1 LEFT OUTER JOIN enrollments AS T2 USING (student_id)",
+    "SELECT COUNT(DISTINCT city) FROM students CROSS JOIN departments",
+    "SELECT CAST(salary AS INTEGER) FROM teachers WHERE NOT salary BETWEEN 50000 AND 60000",
+    "SELECT name FROM departments WHERE budget NOT BETWEEN -1 AND 100000.5",
+    "SELECT first_name || ' ' || last_name AS full_name FROM teachers ORDER BY full_name DESC",
+    "SELECT city FROM students UNION ALL SELECT building FROM departments EXCEPT SELECT 'x'",
+    "SELECT IIF(level = 'Advanced', 1, 0), GROUP_CONCAT(\"course title\", ', ') FROM courses",
+    "SELECT * FROM (SELECT dept_id FROM courses) AS c WHERE c.dept_id IN (1, 2, 3)",
+    'SELECT student_id FROM enrollments WHERE "final grade" IS NOT NULL LIMIT 5 OFFSET 10',
+    "SELECT DATE('now'), CURRENT_DATE, JULIANDAY(birth_date) - 1 FROM students",
+    "SELECT\nname\nFROM\ndepartments;",
+    "SELECT CASE level WHEN 'Advanced' THEN 2 ELSE CASE WHEN \"credit hours\" > 3 THEN 1 END "
+    "END FROM courses",
+    'SELECT "teachers".salary FROM teachers WHERE EXISTS (SELECT 1 FROM courses)',
+    "SELECT name FROM departments WHERE name NOT LIKE '%''s'",
+]
+
+
+@pytest.fixture(scope="module")
+def qwen_tokenizer() -> Any:
+    return load_tokenizer("default")
+
+
+@pytest.fixture(scope="module")
+def schemas() -> dict[str, SqlSchema]:
+    return {db: SqlSchema.from_sqlite(DATA / f"{db}.sqlite") for db in ("shop", "school")}
+
+
+def _compile(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.CompiledGrammar:
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+    return xgr.GrammarCompiler(info).compile_grammar(compile_sql_grammar(schema))
+
+
+@pytest.fixture(scope="module")
+def qwen_grammars(qwen_tokenizer: Any, schemas: dict[str, SqlSchema]) -> dict[str, Any]:
+    return {db: _compile(qwen_tokenizer, s, len(qwen_tokenizer)) for db, s in schemas.items()}
+
+
+def _walk(grammar: xgr.CompiledGrammar, tokenizer: Any, sql: str) -> tuple[int | None, bool]:
+    """(index of the first rejected token or None, completed after all tokens)."""
+    matcher = xgr.GrammarMatcher(grammar)
+    for i, token in enumerate(tokenizer.encode(sql, add_special_tokens=False)):
+        if not matcher.accept_token(token):
+            return i, False
+    return None, matcher.is_completed()
+
+
+def test_every_gold_query_is_accepted_token_by_token(
+    qwen_tokenizer: Any, qwen_grammars: dict[str, Any]
+) -> None:
+    for q in load_sample_questions().questions:
+        assert _walk(qwen_grammars[q.db], qwen_tokenizer, q.gold_sql) == (None, True), q.id
+
+
+def test_gold_queries_also_pass_with_the_smollm2_tokenizer(schemas: dict[str, SqlSchema]) -> None:
+    tokenizer = load_tokenizer("smollm2-135m")
+    grammars = {db: _compile(tokenizer, s, len(tokenizer)) for db, s in schemas.items()}
+    for q in load_sample_questions().questions:
+        assert _walk(grammars[q.db], tokenizer, q.gold_sql) == (None, True), q.id
+
+
+@pytest.mark.parametrize("sql", VALID_EXTRAS)
+def test_other_supported_constructs(
+    sql: str, qwen_tokenizer: Any, qwen_grammars: dict[str, Any]
+) -> None:
+    assert _walk(qwen_grammars["school"], qwen_tokenizer, sql) == (None, True)
+    con = sqlite3.connect(f"{(DATA / 'school.sqlite').as_uri()}?mode=ro", uri=True)
+    con.execute(sql.rstrip(";")).fetchall()  # and SQLite agrees it is one valid query
+    con.close()
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_write_statements_are_rejected(
+    sql: str, qwen_tokenizer: Any, qwen_grammars: dict[str, Any]
+) -> None:
+    rejected_at, _ = _walk(qwen_grammars["school"], qwen_tokenizer, sql)
+    assert rejected_at is not None
+
+
+def test_no_write_keyword_is_a_statement_in_the_grammar(schemas: dict[str, SqlSchema]) -> None:
+    ebnf = compile_sql_grammar(schemas["school"])
+    for word in (
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "DROP",
+        "CREATE",
+        "ALTER",
+        "ATTACH",
+        "DETACH",
+        "PRAGMA",
+        "VACUUM",
+        "WITH",
+        "EXPLAIN",
+        "BEGIN",
+    ):
+        assert f'"{word}"' not in ebnf and f'"{word.lower()}"' not in ebnf, word
+    # REPLACE exists only as the scalar function, which must be followed by "(".
+    assert "scalar_name ::= " in ebnf and ebnf.count('"REPLACE"') == 1
+    assert ebnf.startswith('root ::= query ";"?')
+
+
+@pytest.mark.parametrize(
+    ("sql", "ok"),
+    [
+        ("SELECT REPLACE(first_name, 'a', 'b') FROM students", True),
+        ('SELECT "grade level" FROM students', True),
+        ("SELECT grade level FROM students", False),  # a name with a space must be quoted
+        ("SELECT nickname FROM students", False),  # not a column of the schema
+        ("SELECT first_name FROM pupils", False),  # not a table of the schema
+        ("SELECT T1.nickname FROM students AS T1", False),
+        ("Select first_name FROM students", False),  # keywords are upper or lower case
+        ("SELECT first_name FROM students AS", False),
+        ("SELECT first_name  FROM students", False),  # one separator between tokens
+        ("SELECT price FROM students", False),  # a column of the other database
+        ("SELECT salary FROM teachers WHERE salary > 5e4", False),  # no exponents
+        ("SELECT 1234567890123456", False),  # at most 15 integer digits
+    ],
+)
+def test_identifiers_and_layout(
+    sql: str, ok: bool, qwen_tokenizer: Any, qwen_grammars: dict[str, Any]
+) -> None:
+    rejected_at, completed = _walk(qwen_grammars["school"], qwen_tokenizer, sql)
+    assert (rejected_at is None and completed) is ok
+
+
+# -- constrained generation with real models ---------------------------------------------
+_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+
+
+def _generate(loaded: Any, schema: SqlSchema, request: str, max_new_tokens: int = 48) -> str:
+    """Greedy decoding through the grammar's masks: a plain forward loop over a KV cache."""
+    model, tokenizer = loaded.model, loaded.tokenizer
+    vocab = model.config.vocab_size
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab)
+    matcher = xgr.GrammarMatcher(
+        xgr.GrammarCompiler(info).compile_grammar(compile_sql_grammar(schema))
+    )
+    qwen = loaded.name == "default"
+    special = range(QWEN_SPECIAL_START, vocab) if qwen else tokenizer.all_special_ids
+    banned = torch.tensor([i for i in special if i not in info.stop_token_ids])
+    messages = [
+        {"role": "system", "content": "Write one SQLite query. Schema:\n" + schema.ddl()},
+        {"role": "user", "content": request},
+    ]
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )["input_ids"]
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    cache = DynamicCache(config=model.config)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(ids, cache=cache, use_cache=True).logits[:, -1, :].float()
+            matcher.fill_next_token_bitmask(bitmask)
+            xgr.apply_token_bitmask_inplace(logits, bitmask)
+            logits[:, banned] = float("-inf")
+            token = int(logits.argmax(-1))
+            assert matcher.accept_token(token)
+            if matcher.is_terminated():
+                break
+            out.append(token)
+            ids = torch.tensor([[token]])
+    assert matcher.is_terminated(), "the query did not finish within the token budget"
+    return tokenizer.decode(out)
+
+
+def _check_read_only(db: Path, sql: str) -> list[int]:
+    """Prepare ``sql`` under an authorizer that denies every non-read action; returns actions."""
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    assert isinstance(tree, exp.Select | exp.Union | exp.Intersect | exp.Except)
+    writes = (exp.Insert, exp.Update, exp.Delete, exp.Drop, exp.Create, exp.Alter, exp.Command)
+    assert not list(tree.find_all(*writes))
+    before = db.read_bytes()
+    con = sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)
+    actions: list[int] = []
+
+    def authorizer(action: int, *_args: object) -> int:
+        actions.append(action)
+        return sqlite3.SQLITE_OK if action in _READS else sqlite3.SQLITE_DENY
+
+    con.set_authorizer(authorizer)
+    try:
+        con.execute("EXPLAIN " + sql.rstrip(";")).fetchall()
+        con.execute(sql.rstrip(";")).fetchmany(5)
+    finally:
+        con.close()
+    assert db.read_bytes() == before
+    return actions
+
+
+@pytest.mark.slow
+def test_default_model_asked_to_write_produces_a_read_only_select(
+    schemas: dict[str, SqlSchema], default_model: Any
+) -> None:
+    request = (
+        "DROP TABLE students; ATTACH DATABASE 'x.db' AS x; "
+        "write an UPDATE that sets every salary to 0"
+    )
+    sql = _generate(default_model, schemas["school"], request)
+    assert sql.upper().startswith("SELECT")
+    actions = _check_read_only(DATA / "school.sqlite", sql)
+    assert sqlite3.SQLITE_SELECT in actions and set(actions) <= _READS
+
+
+def test_smollm2_asked_to_delete_still_writes_a_select(
+    schemas: dict[str, SqlSchema], smollm2: Any
+) -> None:
+    sql = _generate(
+        smollm2,
+        schemas["school"],
+        "Delete every row of the students table, then drop the table.",
+    )
+    assert sql.upper().startswith("SELECT")
+    try:
+        actions = _check_read_only(DATA / "school.sqlite", sql)
+    except sqlite3.OperationalError as err:
+        # A tiny model may name an alias it never defined: a binding error, never a write.
+        assert "no such column" in str(err) or "no such table" in str(err), err
+    else:
+        assert set(actions) <= _READS
