@@ -50,10 +50,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             )
             return {"message": result.message, "usage": result.usage.as_dict()}
         schema = _read_json(args.schema)
-        messages = [
-            {"role": "system", "content": schema_prompt(schema)},
-            {"role": "user", "content": args.prompt},
-        ]
+        messages = [{"role": "user", "content": f"{args.prompt}\n\n{schema_prompt(schema)}"}]
         result = await rt.chat(messages, spec=rt.outputs.json_schema(schema), **kw)
         value = json.loads(result.text)
         jsonschema.validate(value, schema)

@@ -1,44 +1,148 @@
 """``pask``: the frozen table's prefill plan for prompt spans and the online decode controller
-for generated tokens (paper §3.5, §3.6)."""
+for generated tokens (paper §3.5, §3.6), held to the target *total* budget.
+
+The two stage budgets are both set to the target ``B`` (``B_P = B_D = B``). Two things make the
+measured total exceed the stage plans: the store keeps sinks and the recent window high whatever
+was scheduled for them, and decode floors can leave ledger debt (App. B.6). The prompt's sinks
+and last ``window`` tokens are therefore planned ``H`` (inside ``T_P``, so the guard never
+over-demotes for a window that is about to move on), and after each step a
+budget guard (``revise``) checks each layer group's live bytes against ``B ×`` its Full-KV bytes
+and, when over, demotes settled *prompt* tokens one adjacent step at a time (H→L, L→R), lowest
+prefill priority first, never below their floors; what floors alone cannot absorb stays over
+(and is visible in the measured ``B``).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pask_agent.grammars.tags import Tag
+import numpy as np
+
+from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import Actions, Policy, PolicyEnv
+from pask_agent.policy.base import Actions, Demotion, Policy, PolicyEnv, RetentionView
 from pask_agent.policy.controller import DecodeController, DecodeLookup
+from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import DEFAULT_TABLE_PATH
 from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.policy.registry import register_policy
-from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table import NUM_GROUPS, PolicyTable
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRules:
+    """Per span label and layer group: the floor and the priorities of R→L and L→H."""
+
+    floor: np.ndarray  # int8 [labels, g]
+    priority: np.ndarray  # float [labels, g, 2]
+
+    @classmethod
+    def from_table(cls, table: PolicyTable) -> LabelRules:
+        floor = np.zeros((len(SPAN_LABELS), NUM_GROUPS), np.int8)
+        priority = np.zeros((len(SPAN_LABELS), NUM_GROUPS, 2))
+        for i, label in enumerate(SPAN_LABELS):
+            entries = table.prefill.get(label)
+            if entries is None and label in table.prefill_fallback:
+                entries = table.prefill[table.prefill_fallback[label]]
+            for c, e in enumerate(entries or table.prefill_default):
+                floor[i, c] = Action.parse(e.floor)
+                priority[i, c] = (e.priority["R->L"], e.priority["L->H"])
+        return cls(floor, priority)
 
 
 @dataclass
 class PaskSession:
     controller: DecodeController
     planner: PrefillPlanner
+    costs: PayloadCosts | None = None  # None: no budget guard
+    budget: float = 1.0
+    rules: LabelRules | None = None
+    sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
+    window: int = 0
+    _labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    _prompt_start: int = -1  # -1 until the prompt of the last plan is fully processed
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
-        plan = self.planner.plan(labels, protected=[False] * len(labels))
+        n = len(labels)
+        protected = [i < self.sinks or i >= n - self.window for i in range(n)]
+        plan = self.planner.plan(labels, protected=protected)
+        index = {label: i for i, label in enumerate(SPAN_LABELS)}
+        self._labels = np.array([index[x] for x in labels], np.int64)
+        self._prompt_start = -1
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
         return self.controller.on_token(tag, is_stop=is_stop).actions  # type: ignore[return-value]
 
+    def revise(self, view: RetentionView) -> list[Demotion]:
+        """The budget guard: demote settled prompt tokens above their floors while over ``B``."""
+        if self.costs is None or self.rules is None or self.budget >= 1 or not view.prefill_done:
+            return []
+        if self._prompt_start < 0:
+            self._prompt_start = view.length - len(self._labels)
+        out: list[Demotion] = []
+        for g in range(NUM_GROUPS):
+            out.extend(self._guard_group(view, g))
+        return out
+
+    def _guard_group(self, view: RetentionView, g: int) -> list[Demotion]:
+        h_cost = self.costs.cost(Action.H, g)  # type: ignore[union-attr]
+        l_cost = self.costs.cost(Action.L, g)  # type: ignore[union-attr]
+        protected = min(view.sinks, view.length) + view.length - max(view.settled, view.sinks)
+        live = (protected + len(view.high[g])) * h_cost + len(view.low[g]) * l_cost
+        excess = live - math.floor(self.budget * view.length * h_cost)
+        if excess <= 0:
+            return []
+        start, n = self._prompt_start, len(self._labels)
+        moves: list[tuple[float, int, int]] = []  # (priority lost, position, from action)
+        for held, action in ((view.high[g], Action.H), (view.low[g], Action.L)):
+            pos = held[(held >= start) & (held < start + n)]
+            lab = self._labels[pos - start]
+            ok = self.rules.floor[lab, g] < action  # type: ignore[union-attr]
+            lost = self.rules.priority[lab[ok], g, int(action) - 1]  # type: ignore[union-attr]
+            moves += [(s, p, int(action)) for s, p in zip(lost, pos[ok], strict=True)]
+        moves.sort(key=lambda m: (m[0], -m[1]))
+        to_low: list[int] = []
+        to_release: list[int] = []
+        for _, p, a in moves:
+            if excess <= 0:
+                break
+            if a == Action.H:
+                to_low.append(p)
+                excess -= h_cost - l_cost
+            else:
+                to_release.append(p)
+                excess -= l_cost
+        out = []
+        if to_low:
+            out.append(Demotion(g, tuple(to_low), Action.L))
+        if to_release:
+            out.append(Demotion(g, tuple(to_release), Action.R))
+        return out
+
 
 @register_policy("pask")
 @dataclass(frozen=True)
 class PaskPolicy(Policy):
-    """PASK over a frozen table (the shipped default table unless one is given)."""
+    """PASK over a frozen table (the shipped default table unless one is given).
+
+    Parameters
+    ----------
+    table:
+        The frozen table; the shipped default when None.
+    guard:
+        Hold the measured total to the target ``B`` with the budget guard (see module doc).
+    """
 
     table: PolicyTable | None = None
+    guard: bool = True
     _lookup: dict = field(default_factory=dict, compare=False, repr=False)
     name = "pask"
     needs_tags = True
     needs_labels = True
+    revises = True
 
     def resolved_table(self) -> PolicyTable:
         if self.table is not None:
@@ -53,7 +157,13 @@ class PaskPolicy(Policy):
         table = self.resolved_table()
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)
+            self._lookup["rules"] = LabelRules.from_table(table)
         return PaskSession(
             DecodeController(table, env.costs, budget=env.budget, lookup=self._lookup["decode"]),
             PrefillPlanner(table, env.costs, budget=env.budget),
+            costs=env.costs if self.guard else None,
+            budget=table.budget_prefill if env.budget is None else env.budget,
+            rules=self._lookup["rules"],
+            sinks=env.sinks if self.guard else 0,
+            window=env.window if self.guard else 0,
         )

@@ -93,7 +93,32 @@ def parse_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ..
 
 
 def schema_prompt(schema: dict[str, Any]) -> str:
-    return (
-        "Answer with a single JSON object that matches this JSON Schema, and nothing else:\n"
-        + json.dumps(schema, ensure_ascii=False)
-    )
+    """A field list a small model follows better than a raw JSON Schema dump."""
+    normalized = normalize_schema(schema)
+    lines = ["Extract the answer as one JSON object with exactly these fields:"]
+    _describe(normalized, lines, indent="")
+    lines.append("Use null for an optional field the text does not give. Reply with JSON only.")
+    return "\n".join(lines)
+
+
+def _type_name(node: dict[str, Any]) -> str:
+    if "enum" in node:
+        return "one of " + ", ".join(json.dumps(v) for v in node["enum"])
+    if "anyOf" in node:
+        return " or ".join(_type_name(n) for n in node["anyOf"])
+    kind = node.get("type", "any JSON value")
+    if kind == "array":
+        return f"list of {_type_name(node.get('items', {}))}"
+    return str(kind)
+
+
+def _describe(node: dict[str, Any], lines: list[str], indent: str) -> None:
+    required = set(node.get("required", []))
+    for name, prop in node.get("properties", {}).items():
+        need = "required" if name in required else "optional"
+        desc = f" - {prop['description']}" if prop.get("description") else ""
+        if prop.get("type") == "object" and prop.get("properties"):
+            lines.append(f"{indent}- {name}: object ({need}){desc}, with fields:")
+            _describe(prop, lines, indent + "  ")
+        else:
+            lines.append(f"{indent}- {name}: {_type_name(prop)} ({need}){desc}")

@@ -303,9 +303,8 @@ class Runtime:
                 f"list of tools; got {type(schema).__name__}"
             )
         spec = self.outputs.json_schema(json_schema)
-        messages = _messages(
-            (system + "\n\n" if system else "") + schema_prompt(json_schema), prompt
-        )
+        # the field list after the request: the small default model follows it best there
+        messages = _messages(system, f"{prompt}\n\n{schema_prompt(json_schema)}")
         result = await self.chat(messages, spec=spec, **kw)
         try:
             value = json.loads(result.text)

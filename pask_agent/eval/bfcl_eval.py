@@ -1,0 +1,331 @@
+"""BFCL non-live accuracy and measured KV budget for every policy (paper §4.1, App. C, D).
+
+Cases come from the installed ``bfcl_eval`` data and are scored by BFCL's official AST checker.
+All cases of one (policy, budget) configuration are submitted at once, so the runtime batches
+their prefill and decode steps. Every result records the store's measured budget at the end of
+its request (``Usage.measured_b``, prompt + generated, scales included, App. B.3); the summary
+aggregates it as ``Σ live bytes / Σ Full-KV bytes`` over cases and also as a per-case mean.
+
+Splits (deterministic, by position in BFCL's file order within each category):
+
+* ``dev``: every case whose index ``i`` has ``i % 5 == 0`` — tuning and smoke runs;
+* ``test``: every other case — never used to choose a knob.
+
+Usage::
+
+    python -m pask_agent.eval.bfcl_eval --policies full,pask,streaming,h2o,snapkv,mikv,position \\
+        --budgets 0.33,0.5 --cases-per-category 10 --split dev --out results/bfcl_dev
+
+writes ``results/bfcl_dev.jsonl`` (one line per case and configuration),
+``results/bfcl_dev.json`` (the summaries) and ``results/bfcl_dev.md`` (the table). ``full`` keeps
+everything whatever the budget, so it runs once, at ``B = 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from pask_agent.errors import ConfigError, PaskError
+from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result, load_bfcl
+
+DEV_STRIDE = 5
+SPLITS = ("dev", "test")
+
+
+def split_cases(cases: Sequence[BfclCase], split: str) -> tuple[BfclCase, ...]:
+    """The ``dev`` (index % 5 == 0) or ``test`` (the rest) cases of one category, in order.
+
+    Raises
+    ------
+    ConfigError
+        ``split`` is neither ``"dev"`` nor ``"test"``.
+    """
+    if split not in SPLITS:
+        raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    dev = split == "dev"
+    return tuple(c for i, c in enumerate(cases) if (i % DEV_STRIDE == 0) == dev)
+
+
+def load_split(
+    split: str, per_category: int, categories: Sequence[str] = NON_LIVE_CATEGORIES
+) -> tuple[BfclCase, ...]:
+    """The first ``per_category`` cases of ``split`` in each category (categories in order)."""
+    if per_category < 1:
+        raise ConfigError(f"cases per category must be >= 1, got {per_category}")
+    out: list[BfclCase] = []
+    for category in categories:
+        need = per_category * DEV_STRIDE if split == "dev" else per_category * 2
+        out.extend(split_cases(load_bfcl(category, limit=need), split)[:per_category])
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """One case under one configuration. ``valid_call``: a complete, parseable tool call."""
+
+    id: str
+    category: str
+    policy: str
+    budget: float
+    correct: bool
+    valid_call: bool
+    calls: tuple[dict[str, Any], ...]
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    kv_bytes: int
+    full_kv_bytes: int
+    measured_b: float
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSummary:
+    """Accuracy per category and overall, valid-call rate and measured ``B`` of one config."""
+
+    policy: str
+    budget: float
+    cases: int
+    accuracy: dict[str, float]
+    overall: float
+    valid_rate: float
+    measured_b: float  # Σ live / Σ full over cases
+    mean_b: float  # mean of per-case measured B
+    max_b: float
+    seconds: float
+
+
+async def run_config(
+    rt: Any,
+    cases: Sequence[BfclCase],
+    policy: str,
+    budget: float,
+    *,
+    max_new_tokens: int = 200,
+) -> list[CaseResult]:
+    """All ``cases`` under one policy and budget, submitted together (the runtime batches)."""
+    results: list[CaseResult | None] = [None] * len(cases)
+
+    async def one(i: int, case: BfclCase) -> None:
+        results[i] = await _run_case(rt, case, policy, budget, max_new_tokens)
+
+    async with anyio.create_task_group() as tg:
+        for i, case in enumerate(cases):
+            tg.start_soon(one, i, case)
+    return [r for r in results if r is not None]
+
+
+async def _run_case(
+    rt: Any, case: BfclCase, policy: str, budget: float, max_new_tokens: int
+) -> CaseResult:
+    try:
+        result = await rt.chat(
+            list(case.messages),
+            tools=case.tools(),
+            tool_choice="required",
+            parallel_tool_calls=case.parallel,
+            policy=policy,
+            budget=budget,
+            max_new_tokens=max_new_tokens,
+        )
+    except PaskError as exc:
+        return CaseResult(
+            case.id, case.category, policy, budget, False, False, (), "", "error",
+            0, 0, 0, 0, 0.0, f"{type(exc).__name__}: {exc}",
+        )  # fmt: skip
+    calls = tuple({"name": c.name, "arguments": c.arguments} for c in result.tool_calls)
+    valid = bool(calls) and result.finish_reason == "tool_calls"
+    error = ""
+    correct = False
+    if valid:
+        check = ast_check_result(case, calls)
+        correct = bool(check["valid"])
+        if not correct:
+            error = f"{check.get('error_type', '')}: {str(check.get('error', ''))[:300]}"
+    u = result.usage
+    return CaseResult(
+        case.id,
+        case.category,
+        policy,
+        budget,
+        correct,
+        valid,
+        calls,
+        result.text,
+        result.finish_reason,
+        u.prompt_tokens,
+        u.completion_tokens,
+        u.kv_bytes,
+        u.full_kv_bytes,
+        u.measured_b,
+        error,
+    )
+
+
+def summarize(results: Sequence[CaseResult], seconds: float = 0.0) -> ConfigSummary:
+    """Aggregate one configuration's case results.
+
+    Raises
+    ------
+    ConfigError
+        No results, or results from more than one configuration.
+    """
+    if not results:
+        raise ConfigError("nothing to summarize: no case results")
+    configs = {(r.policy, r.budget) for r in results}
+    if len(configs) != 1:
+        raise ConfigError(f"results mix configurations {sorted(configs)}; summarize each alone")
+    by_cat: dict[str, list[bool]] = {}
+    for r in results:
+        by_cat.setdefault(r.category, []).append(r.correct)
+    full = sum(r.full_kv_bytes for r in results)
+    per_case = [r.measured_b for r in results if r.full_kv_bytes]
+    return ConfigSummary(
+        policy=results[0].policy,
+        budget=results[0].budget,
+        cases=len(results),
+        accuracy={c: sum(v) / len(v) for c, v in by_cat.items()},
+        overall=sum(r.correct for r in results) / len(results),
+        valid_rate=sum(r.valid_call for r in results) / len(results),
+        measured_b=sum(r.kv_bytes for r in results) / full if full else 0.0,
+        mean_b=sum(per_case) / len(per_case) if per_case else 0.0,
+        max_b=max(per_case, default=0.0),
+        seconds=seconds,
+    )
+
+
+def markdown_table(summaries: Sequence[ConfigSummary], *, title: str = "") -> str:
+    """Accuracy (%) per category and overall, valid-call rate and measured ``B`` per config."""
+    cats = [c for c in NON_LIVE_CATEGORIES if any(c in s.accuracy for s in summaries)]
+    head = ["policy", "target B", *cats, "overall", "valid calls", "measured B", "mean B", "max B"]
+    lines = [f"# {title}", ""] if title else []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summaries:
+        row = [s.policy, f"{s.budget:.2f}"]
+        row += [f"{100 * s.accuracy[c]:.1f}" if c in s.accuracy else "–" for c in cats]
+        row += [f"{100 * s.overall:.1f}", f"{100 * s.valid_rate:.1f}"]
+        row += [f"{s.measured_b:.3f}", f"{s.mean_b:.3f}", f"{s.max_b:.3f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    out: Path, results: Sequence[CaseResult], summaries: Sequence[ConfigSummary], note: str
+) -> None:
+    """Write ``<out>.jsonl``, ``<out>.json`` and ``<out>.md`` (replacing earlier files)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
+        for r in results:
+            f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+    out.with_suffix(".json").write_text(
+        json.dumps({"note": note, "summaries": [asdict(s) for s in summaries]}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    table = markdown_table(summaries, title="BFCL non-live: accuracy and measured KV budget")
+    out.with_suffix(".md").write_text(table + "\n" + note + "\n", encoding="utf-8")
+
+
+def configurations(policies: Sequence[str], budgets: Sequence[float]) -> list[tuple[str, float]]:
+    """(policy, budget) pairs in the order given; ``full`` once, at ``B = 1``."""
+    out: list[tuple[str, float]] = []
+    for p in policies:
+        for b in [1.0] if p == "full" else budgets:
+            if (p, b) not in out:
+                out.append((p, b))
+    return out
+
+
+async def evaluate(
+    policies: Sequence[str],
+    budgets: Sequence[float],
+    *,
+    per_category: int,
+    split: str,
+    out: Path,
+    model: str = "default",
+    max_new_tokens: int = 200,
+    log: Any = print,
+) -> list[ConfigSummary]:
+    """Run every configuration and rewrite the result files after each one."""
+    from pask_agent.policy.registry import get_policy
+    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.runtime import Runtime
+
+    for p in policies:
+        get_policy(p)  # unknown names fail before the model loads
+    cases = load_split(split, per_category)
+    note = (
+        f"{len(cases)} BFCL v4 non-live cases ({per_category} per category, split {split!r}: "
+        f"case index % {DEV_STRIDE} {'==' if split == 'dev' else '!='} 0 in each category), "
+        f"model {model!r}, greedy, max_new_tokens={max_new_tokens}, official AST checker. "
+        "measured B = Σ live KV bytes / Σ Full-KV bytes at the end of each request (prompt + "
+        "generated, INT4 scales included); mean B and max B are per case."
+    )
+    config = RuntimeConfig(max_batch=max(16, len(cases)))
+    results: list[CaseResult] = []
+    summaries: list[ConfigSummary] = []
+    async with Runtime.open(model, config=config) as rt:
+        for policy, budget in configurations(policies, budgets):
+            start = time.perf_counter()
+            batch = await run_config(rt, cases, policy, budget, max_new_tokens=max_new_tokens)
+            summary = summarize(batch, time.perf_counter() - start)
+            results += batch
+            summaries.append(summary)
+            write_results(out, results, summaries, note)
+            log(
+                f"{policy} B={budget:.2f}: acc {summary.overall:.3f} valid {summary.valid_rate:.3f}"
+                f" measured B {summary.measured_b:.3f} (mean {summary.mean_b:.3f}, max "
+                f"{summary.max_b:.3f}) in {summary.seconds:.0f}s"
+            )
+    return summaries
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policies", default="full,pask", help="comma-separated policy names")
+    p.add_argument("--budgets", default="0.33", help="comma-separated target total budgets B")
+    p.add_argument("--cases-per-category", type=int, default=10)
+    p.add_argument("--split", default="dev", choices=SPLITS)
+    p.add_argument("--out", default="results/bfcl_dev", help="output path without extension")
+    p.add_argument("--model", default="default")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+
+
+def run(args: argparse.Namespace) -> int:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    try:
+        budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--budgets must be comma-separated numbers: {exc}") from exc
+    if not policies or not budgets:
+        raise ConfigError("name at least one policy and one budget")
+    anyio.run(
+        lambda: evaluate(
+            policies,
+            budgets,
+            per_category=args.cases_per_category,
+            split=args.split,
+            out=Path(args.out),
+            model=args.model,
+            max_new_tokens=args.max_new_tokens,
+        )
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pask_agent.eval.bfcl_eval")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,288 @@
+"""One chat turn on the host loop, yielded as LangChain ``ChatGenerationChunk`` values.
+
+Why here and not in the caller's thread: stop sequences, retries and the time limit must
+cancel the runtime request, which lives on the host loop; and building the chunks next to
+the request keeps sync, async, streaming and non-streaming paths identical (non-streaming
+calls merge the same chunks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import jsonschema
+from langchain_core.messages import AIMessageChunk
+from langchain_core.outputs import ChatGenerationChunk
+
+from pask_agent.errors import ConfigError, PaskError, SchemaError, ToolChoiceError
+from pask_agent.integrations._lc_messages import (
+    response_metadata,
+    tool_call_chunk_dicts,
+    usage_metadata,
+)
+from pask_agent.integrations._portal import RuntimeHost
+from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.outputs import schema_prompt
+from pask_agent.runtime.results import ChatResult, Delta, ToolCall
+from pask_agent.runtime.runtime import Runtime
+
+# Errors that a retry cannot fix: the request itself is wrong.
+_NOT_RETRYABLE = (ConfigError, SchemaError, ToolChoiceError)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """Everything one turn needs, resolved from the model's fields and the call's kwargs."""
+
+    host: RuntimeHost
+    model_name: str
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None
+    tool_choice: str
+    parallel_tool_calls: bool
+    response_format: dict[str, Any] | None
+    policy: Any
+    budget: float | None
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    timeout_s: float | None
+    max_retries: int
+    conversation_id: str | None
+
+
+def conversation_key(model: str, messages: Sequence[dict[str, Any]]) -> str:
+    """A stable id for an agent loop: the system prompt(s) and the first user message.
+
+    Every step of a loop resends the same opening messages, so its steps land in one runtime
+    conversation and each step reuses the KV of the previous steps' common prefix.
+    """
+    opening: list[dict[str, Any]] = []
+    for message in messages:
+        opening.append({"role": message["role"], "content": message.get("content")})
+        if message["role"] != "system":
+            break
+    digest = hashlib.sha256(json.dumps([model, opening], sort_keys=True).encode()).hexdigest()
+    return f"lc-{digest[:24]}"
+
+
+async def run_turn(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
+    """Stream one assistant turn as chunks; the last chunk carries usage and KV statistics.
+
+    A failed attempt is retried (up to ``max_retries``) only while nothing was yielded yet.
+    """
+    attempt = 0
+    while True:
+        emitted = False
+        try:
+            async for chunk in _attempt(rt, req):
+                emitted = True
+                yield chunk
+            return
+        except _NOT_RETRYABLE:
+            raise
+        except (PaskError, TimeoutError):
+            if emitted or attempt >= req.max_retries:
+                raise
+            attempt += 1
+
+
+async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
+    messages, spec, tools = _output(rt, req)
+    claimed = req.conversation_id is not None and req.host.claim_conversation(
+        req.conversation_id
+    )
+    conversation = rt.conversation(req.conversation_id) if claimed else None
+    builder = _ChunkBuilder(req, tool_mode=bool(tools) and req.tool_choice != "none")
+    limit = anyio.fail_after(req.timeout_s) if req.timeout_s else nullcontext()
+    try:
+        with limit:
+            # ``with_result=True``: the stream ends with the ChatResult (usage, KV statistics).
+            async for item in rt.stream(
+                messages,
+                tools=tools,
+                tool_choice=req.tool_choice,
+                parallel_tool_calls=req.parallel_tool_calls,
+                policy=req.policy,
+                budget=req.budget,
+                max_new_tokens=req.max_new_tokens,
+                temperature=req.temperature,
+                top_p=req.top_p,
+                seed=req.seed,
+                conversation=conversation,
+                spec=spec,
+                with_result=True,
+            ):
+                if isinstance(item, ChatResult):
+                    builder.result = item
+                    continue
+                for chunk in builder.feed(item):
+                    yield chunk
+                if builder.stopped:
+                    break  # a stop sequence: leaving the loop cancels the request
+    except TimeoutError as exc:
+        raise TimeoutError(
+            f"the turn took longer than timeout={req.timeout_s} s; raise the timeout or lower "
+            "max_tokens"
+        ) from exc
+    finally:
+        if claimed:
+            req.host.release_conversation(req.conversation_id)
+    if builder.result is None:
+        ids, _, _ = rt.prepare(
+            messages, tools, req.tool_choice, req.parallel_tool_calls, labels=False
+        )
+        builder.prompt_tokens = len(ids)
+    yield builder.final()
+
+
+def _output(
+    rt: Runtime, req: TurnRequest
+) -> tuple[list[dict[str, Any]], OutputSpec | None, list[dict[str, Any]] | None]:
+    """Messages, grammar and tools for the request; a ``response_format`` overrides tools."""
+    messages = list(req.messages)
+    fmt = req.response_format
+    if fmt is None:
+        return messages, None, list(req.tools) if req.tools else None
+    schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
+    if fmt.get("type") == "json_object":
+        instruction = "Answer with a single JSON object and nothing else."
+        spec = rt.outputs.json_schema({"type": "object"})
+    elif isinstance(schema, dict):
+        instruction = schema_prompt(schema)
+        spec = rt.outputs.json_schema(schema)
+    else:
+        raise ConfigError(
+            "response_format must be {'type': 'json_object'} or {'type': 'json_schema', "
+            f"'schema': {{...}}}}, got {fmt!r}"
+        )
+    if messages and messages[0]["role"] == "system":
+        first = messages[0]
+        messages[0] = {**first, "content": f"{first.get('content') or ''}\n\n{instruction}"}
+    else:
+        messages.insert(0, {"role": "system", "content": instruction})
+    return messages, spec, None
+
+
+# In ``tool_choice="auto"`` the grammar lets free text start with anything but ``{``/``[``,
+# and the default model likes to write its call as a fenced or tagged JSON block instead.
+_WRAPPED_CALL_OPENINGS = ("```", "<tool_call>")
+
+
+def salvage_wrapped_call(result: ChatResult, tools: Sequence[dict[str, Any]]) -> ChatResult:
+    """Read a call written as free text (```` ```json {...} ``` ```` or ``<tool_call>``).
+
+    The text is accepted as a call only when it is exactly one JSON call (or a list of them)
+    whose name is a bound tool and whose arguments validate against that tool's schema;
+    anything else stays text. The grammar did not bind this text, hence the validation.
+    """
+    body = result.text.strip()
+    for opening, closing in (("```json", "```"), ("```", "```"), ("<tool_call>", "</tool_call>")):
+        if body.startswith(opening) and body.endswith(closing) and len(body) > len(opening):
+            body = body[len(opening) : len(body) - len(closing)].strip()
+            break
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return result
+    schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in tools}
+    calls = []
+    for item in value if isinstance(value, list) else [value]:
+        if not isinstance(item, dict) or item.get("name") not in schemas:
+            return result
+        arguments = item.get("arguments", {})
+        try:
+            jsonschema.validate(arguments, schemas[item["name"]])
+        except jsonschema.ValidationError:
+            return result
+        calls.append(ToolCall(f"call_{uuid.uuid4().hex[:24]}", item["name"], arguments))
+    if not calls:
+        return result
+    return dataclasses.replace(result, tool_calls=tuple(calls), finish_reason="tool_calls")
+
+
+class _ChunkBuilder:
+    """Turns runtime deltas into chunks: tool calls held until parsed, stop sequences cut."""
+
+    def __init__(self, req: TurnRequest, *, tool_mode: bool) -> None:
+        self.req = req
+        self.tool_mode = tool_mode
+        self.is_call: bool | None = None if tool_mode else False
+        self.text = ""
+        self.sent = 0  # characters of ``text`` already yielded
+        self.tokens = 0
+        self.stopped = False
+        self.result: ChatResult | None = None
+        self.prompt_tokens = 0
+
+    def feed(self, delta: Delta) -> list[ChatGenerationChunk]:
+        self.text += delta.text
+        self.tokens += len(delta.token_ids)
+        if self.is_call is None:
+            head = self.text.lstrip()
+            if not head or any(w.startswith(head) for w in _WRAPPED_CALL_OPENINGS):
+                return []  # cannot tell yet
+            self.is_call = head[0] in "{[" or head.startswith(_WRAPPED_CALL_OPENINGS)
+        if self.is_call:
+            return []  # a tool call is reported whole, once parsed
+        cut = self._stop_at()
+        if cut is not None:
+            self.text, self.stopped = self.text[:cut], True
+            return self._send(len(self.text))
+        return self._send(len(self.text) - self._held_back())
+
+    def _stop_at(self) -> int | None:
+        hits = [i for s in self.req.stop if (i := self.text.find(s)) >= 0]
+        return min(hits) if hits else None
+
+    def _held_back(self) -> int:
+        """Length of the text's longest suffix that could start a stop sequence."""
+        best = 0
+        for s in self.req.stop:
+            for n in range(min(len(s) - 1, len(self.text)), best, -1):
+                if self.text.endswith(s[:n]):
+                    best = n
+                    break
+        return best
+
+    def _send(self, upto: int) -> list[ChatGenerationChunk]:
+        if upto <= self.sent:
+            return []
+        piece, self.sent = self.text[self.sent : upto], upto
+        return [ChatGenerationChunk(message=AIMessageChunk(content=piece))]
+
+    def final(self) -> ChatGenerationChunk:
+        """The last chunk: remaining text or the tool calls, usage and response metadata."""
+        result = self.result
+        if result is not None and self.is_call and not result.tool_calls and self.req.tools:
+            result = salvage_wrapped_call(result, self.req.tools)
+        calls = tool_call_chunk_dicts(result) if result is not None else []
+        rest = "" if calls else self.text[self.sent :]  # an unparsed "call" stays visible
+        if result is not None:
+            usage = usage_metadata(
+                result.usage.prompt_tokens,
+                result.usage.completion_tokens,
+                result.usage.prompt_tokens - result.usage.prefilled_tokens,
+            )
+            reason = result.finish_reason
+        else:
+            usage = usage_metadata(self.prompt_tokens, self.tokens, 0)
+            reason = "stop"
+        message = AIMessageChunk(
+            content=rest,
+            tool_call_chunks=calls,
+            usage_metadata=usage,
+            response_metadata=response_metadata(self.req.model_name, result, reason),
+            chunk_position="last",
+        )
+        return ChatGenerationChunk(message=message, generation_info={"finish_reason": reason})

@@ -1,0 +1,204 @@
+"""Run the async ``Runtime`` for synchronous callers (and for other event loops).
+
+Why: LangChain calls ``invoke`` from plain threads and ``ainvoke`` from the caller's asyncio
+loop, while a ``Runtime`` lives inside one event loop (its worker task, its queues). So each
+model gets a ``RuntimeHost``: a daemon thread running its own event loop with an anyio
+``BlockingPortal``, where the ``Runtime`` is opened once, lazily, and served until the process
+exits. Sync callers block on ``portal.call``; async callers await a ``concurrent.futures``
+future from their own loop; streams are pumped across with a thread-safe queue.
+
+The process-wide ``RuntimeRegistry`` (``runtime_registry()``) keeps one host per model name so
+that every ``PaskChatModel`` (and ``SQLiteAssistant`` built without a runtime) shares one
+model in memory. It is the only shared state here: a small object guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+import anyio
+from anyio.from_thread import BlockingPortal
+
+from pask_agent.errors import ConfigError, PaskError
+from pask_agent.runtime.runtime import Runtime
+
+T = TypeVar("T")
+_END = object()
+
+
+class RuntimeHost:
+    """One model's ``Runtime``, opened on first use and served from a daemon loop thread."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._portal: BlockingPortal | None = None
+        self._runtime: Runtime | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._busy_conversations: set[str] = set()
+
+    # ------------------------------------------------------------------ life cycle
+    def _ensure_started(self) -> tuple[BlockingPortal, Runtime]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=anyio.run, args=(self._serve,), name=f"pask-{self.model}", daemon=True
+                )
+                self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        if self._portal is None or self._runtime is None:
+            raise PaskError(f"the runtime host for {self.model!r} was closed; make a new one")
+        return self._portal, self._runtime
+
+    async def _serve(self) -> None:
+        try:
+            async with BlockingPortal() as portal, Runtime.open(self.model) as rt:
+                self._portal, self._runtime = portal, rt
+                self._ready.set()
+                await portal.sleep_until_stopped()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+            self._error = exc
+        finally:
+            self._portal = self._runtime = None
+            self._ready.set()
+
+    def close(self) -> None:
+        """Stop serving (finishing the engine step in flight) and join the loop thread."""
+        portal, thread = self._portal, self._thread
+        if portal is not None:
+            try:
+                portal.call(portal.stop, True)
+            except RuntimeError:
+                pass  # already stopping
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ calls
+    def runtime(self) -> Runtime:
+        """The served runtime (opened now if needed). Use it only through ``call``/``acall``."""
+        return self._ensure_started()[1]
+
+    def call(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
+        """Run ``await fn(runtime)`` on the host loop and wait for it (sync callers)."""
+        portal, rt = self._ensure_started()
+        return portal.call(fn, rt)
+
+    async def acall(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
+        """Await ``fn(runtime)`` on the host loop from the caller's asyncio loop.
+
+        Cancelling the caller cancels the task on the host loop (and so the request).
+        """
+        portal, rt = await asyncio.to_thread(self._ensure_started)
+        future: Future[T] = portal.start_task_soon(fn, rt)
+        return await asyncio.wrap_future(future)
+
+    def iterate(self, fn: Callable[[Runtime], AsyncIterator[T]]) -> Iterator[T]:
+        """Iterate ``fn(runtime)`` (an async iterator on the host loop) from sync code.
+
+        Closing the returned generator early cancels the producer (and so the request).
+        """
+        portal, rt = self._ensure_started()
+        items: queue.Queue[Any] = queue.Queue()
+        future = portal.start_task_soon(_pump, fn, rt, items.put)
+        try:
+            while True:
+                item = items.get()
+                if item is _END:
+                    break
+                yield item
+            future.result()  # re-raise a producer error
+        finally:
+            future.cancel()
+
+    async def aiterate(self, fn: Callable[[Runtime], AsyncIterator[T]]) -> AsyncIterator[T]:
+        """Iterate ``fn(runtime)`` from the caller's asyncio loop."""
+        portal, rt = await asyncio.to_thread(self._ensure_started)
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+
+        def put(item: Any) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+
+        future = portal.start_task_soon(_pump, fn, rt, put)
+        try:
+            while True:
+                item = await items.get()
+                if item is _END:
+                    break
+                yield item
+            await asyncio.wrap_future(future)
+        finally:
+            future.cancel()
+
+    # ------------------------------------------------------------------ conversations
+    def claim_conversation(self, conversation_id: str) -> bool:
+        """Mark a conversation as running a turn; False when another turn holds it.
+
+        Called only on the host loop (inside ``fn``), so the set needs no lock.
+        """
+        if conversation_id in self._busy_conversations:
+            return False
+        self._busy_conversations.add(conversation_id)
+        return True
+
+    def release_conversation(self, conversation_id: str) -> None:
+        self._busy_conversations.discard(conversation_id)
+
+
+async def _pump(
+    fn: Callable[[Runtime], AsyncIterator[Any]], rt: Runtime, put: Callable[[Any], None]
+) -> None:
+    try:
+        async for item in fn(rt):
+            put(item)
+    finally:
+        put(_END)
+
+
+class RuntimeRegistry:
+    """Model name → ``RuntimeHost``; hosts are created on first request and live until exit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hosts: dict[str, RuntimeHost] = {}
+        self._exit_hook = False
+
+    def host(self, model: str) -> RuntimeHost:
+        if not isinstance(model, str) or not model:
+            raise ConfigError(f"model must be a non-empty model name, got {model!r}")
+        with self._lock:
+            if not self._exit_hook:
+                # The engine's worker threads (anyio's) are non-daemon and end only when the
+                # host loop ends, so the loops must stop before Python joins non-daemon threads
+                # at exit; ``atexit`` runs too late for that. ``threading._register_atexit`` is
+                # the hook concurrent.futures uses for the same reason.
+                threading._register_atexit(self.close_all)  # type: ignore[attr-defined]
+                self._exit_hook = True
+            if model not in self._hosts:
+                self._hosts[model] = RuntimeHost(model)
+            return self._hosts[model]
+
+    def close_all(self) -> None:
+        """Stop every host. Runs at interpreter exit, before non-daemon threads are joined."""
+        with self._lock:
+            hosts = list(self._hosts.values())
+            self._hosts.clear()
+        for host in hosts:
+            host.close()
+
+
+_REGISTRY = RuntimeRegistry()
+
+
+def runtime_registry() -> RuntimeRegistry:
+    """The process-wide registry shared by every integration object."""
+    return _REGISTRY

@@ -1,0 +1,385 @@
+"""``PaskChatModel``: a LangChain chat model served by the local pask-agent runtime.
+
+Why: local chat models in LangChain mostly ignore bound tools or ``tool_choice``. Here tool
+calls, ``tool_choice`` and structured output are enforced by the runtime's grammars (the model
+cannot produce a malformed call), and the KV cache underneath is managed by a PASK policy.
+
+    from pask_agent.integrations.langchain import PaskChatModel
+    llm = PaskChatModel(max_tokens=64).bind_tools([get_weather])
+    llm.invoke("What's the weather in Paris?").tool_calls
+
+One ``Runtime`` per model name is opened lazily and shared by every ``PaskChatModel`` in the
+process (``integrations/_portal.py``). Turns whose opening messages (system prompt and first
+user message) match share a runtime conversation, so each step of an agent loop reuses the KV
+of the previous steps' common token prefix (``usage_metadata["input_token_details"]
+["cache_read"]`` counts the reused tokens). Pass ``conversation_id=`` to choose the grouping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from operator import itemgetter
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.language_models.chat_models import generate_from_stream
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.output_parsers import JsonOutputParser, PydanticOutputParser
+from langchain_core.output_parsers.openai_tools import (
+    JsonOutputKeyToolsParser,
+    PydanticToolsParser,
+)
+from langchain_core.outputs import ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
+from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
+from pask_agent.integrations._lc_messages import to_openai_messages
+from pask_agent.integrations._lc_turn import TurnRequest, conversation_key, run_turn
+from pask_agent.integrations._portal import runtime_registry
+
+_CALL_KWARGS = frozenset(
+    {
+        "model",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "policy",
+        "budget",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "timeout",
+        "max_retries",
+        "conversation_id",
+    }
+)
+DEFAULT_MAX_TOKENS = 256
+# Small models tend to repeat a call after its result arrives; a short system line after the
+# tool results turns them to answering (measured on the default model: without it the call
+# repeats, with it the model answers in text).
+DEFAULT_TOOL_RESULT_HINT = "Answer the user's question in plain text using the tool results above."
+
+
+class PaskChatModel(BaseChatModel):
+    """A LangChain chat model on a local pask-agent ``Runtime`` (tool calling, JSON output).
+
+    Parameters
+    ----------
+    model
+        Bundled model name (``"default"``: Qwen2.5-Coder-0.5B-Instruct; ``"smollm2-135m"``), an
+        HF folder or a ``.gguf`` file. A per-call ``model=`` overrides it.
+    tools, tool_choice
+        ``PaskChatModel(tools=[...])`` equals ``bind_tools([...])``. ``tool_choice`` is
+        ``"auto"``, ``"any"``/``"required"``, ``"none"`` or a tool name.
+    policy, budget
+        KV policy name (``"full"``, ``"pask"``, ``"streaming"``) and KV budget ``B`` (measured
+        KV bytes / Full-KV bytes); ``None`` keeps the policy's default.
+    conversation_id, reuse_prefix
+        Runtime conversation of this call (default: derived from the opening messages when
+        ``reuse_prefix``), so agent-loop steps reuse the KV of their common prefix.
+    tool_result_hint
+        System line appended after trailing tool results in ``"auto"`` mode (``None``: off).
+    temperature, max_tokens, stop, timeout, max_retries
+        Sampling temperature (0 = greedy); new-token cap (256 when ``None``); stop strings
+        (cut client-side and the request cancelled); seconds per turn; retries of a turn that
+        failed inside the engine before it produced output.
+
+    Notes
+    -----
+    ``response_metadata["kv"]`` holds the request's measured KV statistics (``kv_bytes``,
+    ``full_kv_bytes``, ``measured_b``, ``peak_kv_bytes``, ``prefilled_tokens``, ``ttft_s``,
+    ``tpot_s``). Inputs are text only: image, audio and file blocks raise ``ConfigError``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str = "default"
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | None = None
+    parallel_tool_calls: bool = True
+    policy: str = "full"
+    budget: float | None = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    max_tokens: int | None = None
+    timeout: float | None = None
+    stop: list[str] | None = None
+    max_retries: int = 2
+    conversation_id: str | None = None
+    reuse_prefix: bool = True
+    tool_result_hint: str | None = DEFAULT_TOOL_RESULT_HINT
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _format_tools(cls, tools: Any) -> list[dict[str, Any]] | None:
+        return None if tools is None else format_tools(tools)
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _check_tool_choice(cls, choice: Any) -> str | None:
+        return None if choice is None else normalize_tool_choice(choice)
+
+    @property
+    def _llm_type(self) -> str:
+        return "pask-chat"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "policy": self.policy,
+            "budget": self.budget,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> Any:
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        params["ls_provider"] = "pask"
+        if not stop and self.stop:
+            params["ls_stop"] = self.stop
+        return params
+
+    # ------------------------------------------------------------------ tools, structure
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        parallel_tool_calls: bool | None = None,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools (Pydantic models, functions, dicts, LangChain tools) and a choice.
+
+        Calls are always grammar-bound, so ``strict`` changes nothing and is accepted for
+        compatibility.
+
+        Raises
+        ------
+        SchemaError
+            A tool cannot be turned into a JSON Schema the grammar can enforce.
+        ToolChoiceError
+            ``tool_choice`` is not auto/any/required/none or a bound tool's name.
+        """
+        formatted = format_tools(tools)
+        if tool_choice is not None:
+            choice = normalize_tool_choice(tool_choice)
+            names = {t["function"]["name"] for t in formatted}
+            if choice not in ("auto", "required", "none") and choice not in names:
+                raise ToolChoiceError(
+                    f"tool_choice {choice!r} names no bound tool; bound: {sorted(names)}"
+                )
+            kwargs["tool_choice"] = choice
+        if parallel_tool_calls is not None:
+            kwargs["parallel_tool_calls"] = parallel_tool_calls
+        return self.bind(tools=formatted, **kwargs)
+
+    def with_structured_output(
+        self,
+        schema: dict[str, Any] | type,
+        *,
+        method: Literal["json_schema", "function_calling", "json_mode"] = "json_schema",
+        include_raw: bool = False,
+        strict: bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
+        """Answers parsed into ``schema`` (a Pydantic class, TypedDict or JSON Schema dict).
+
+        ``json_schema`` decodes against the schema's grammar; ``function_calling`` forces a
+        call of a tool made from the schema; ``json_mode`` only guarantees a JSON object (say
+        the keys in the prompt). With ``include_raw`` the result is ``{"raw", "parsed",
+        "parsing_error"}``.
+        """
+        if kwargs:
+            raise ConfigError(f"unexpected arguments {sorted(kwargs)} for with_structured_output")
+        pydantic_class = _is_pydantic_class(schema)
+        fmt = {"kwargs": {"method": method, "strict": strict}, "schema": schema}
+        if method == "function_calling":
+            tool = convert_to_openai_tool(schema)
+            name = tool["function"]["name"]
+            llm = self.bind_tools([schema], tool_choice=name, ls_structured_output_format=fmt)
+            parser: Runnable = (
+                PydanticToolsParser(tools=[schema], first_tool_only=True)  # type: ignore[list-item]
+                if pydantic_class
+                else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
+            )
+        elif method in ("json_schema", "json_mode"):
+            response_format = (
+                {"type": "json_object"}
+                if method == "json_mode"
+                else {"type": "json_schema", "schema": convert_to_json_schema(schema)}
+            )
+            llm = self.bind(response_format=response_format, ls_structured_output_format=fmt)
+            parser = (
+                PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
+                if pydantic_class
+                else JsonOutputParser()
+            )
+        else:
+            raise ConfigError(
+                f"unknown method {method!r}; use 'json_schema', 'function_calling' or 'json_mode'"
+            )
+        if not include_raw:
+            return llm | parser
+        parsed = RunnablePassthrough.assign(
+            parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
+        )
+        none = RunnablePassthrough.assign(parsed=lambda _: None)
+        return RunnableMap(raw=llm) | parsed.with_fallbacks(
+            [none], exception_key="parsing_error"
+        )
+
+    # ------------------------------------------------------------------ generation
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return generate_from_stream(self._stream(messages, stop, None, **kwargs))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        chunks = [c async for c in self._astream(messages, stop, None, **kwargs)]
+        return generate_from_stream(iter(chunks))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        req = self._turn_request(messages, stop, kwargs)
+        for chunk in req.host.iterate(lambda rt: run_turn(rt, req)):
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        req = self._turn_request(messages, stop, kwargs)
+        async for chunk in req.host.aiterate(lambda rt: run_turn(rt, req)):
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+
+    def _turn_request(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> TurnRequest:
+        unknown = set(kwargs) - _CALL_KWARGS
+        if unknown:
+            raise ConfigError(
+                f"unknown call arguments {sorted(unknown)}; PaskChatModel takes "
+                f"{sorted(_CALL_KWARGS)}"
+            )
+        model = kwargs.get("model", self.model)
+        tools = kwargs.get("tools", self.tools)
+        tools = format_tools(tools) if tools else None
+        choice = kwargs.get("tool_choice", self.tool_choice)
+        choice = normalize_tool_choice(choice) if choice is not None else "auto"
+        openai_messages = to_openai_messages(messages)
+        if tools and choice == "auto" and self.tool_result_hint and openai_messages:
+            if openai_messages[-1]["role"] == "tool":
+                openai_messages.append({"role": "system", "content": self.tool_result_hint})
+        conversation = kwargs.get("conversation_id", self.conversation_id)
+        if conversation is None and self.reuse_prefix:
+            conversation = conversation_key(model, openai_messages)
+        max_tokens = kwargs.get("max_tokens", self.max_tokens)
+        return TurnRequest(
+            host=runtime_registry().host(model),
+            model_name=model,
+            messages=tuple(openai_messages),
+            tools=tuple(tools) if tools else None,
+            tool_choice=choice,
+            parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", self.parallel_tool_calls)),
+            response_format=kwargs.get("response_format"),
+            policy=kwargs.get("policy", self.policy),
+            budget=kwargs.get("budget", self.budget),
+            max_new_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens),
+            temperature=float(kwargs.get("temperature", self.temperature)),
+            top_p=float(kwargs.get("top_p", self.top_p)),
+            seed=kwargs.get("seed", self.seed),
+            stop=tuple(stop if stop is not None else self.stop or ()),
+            timeout_s=kwargs.get("timeout", self.timeout),
+            max_retries=int(kwargs.get("max_retries", self.max_retries)),
+            conversation_id=conversation,
+        )
+
+
+def format_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
+    """OpenAI tool dicts for any tool form LangChain knows (Anthropic-style dicts included).
+
+    Raises
+    ------
+    SchemaError
+        A tool cannot be converted, or the grammar cannot enforce its schema.
+    """
+    if isinstance(tools, dict | str) or not isinstance(tools, Sequence):
+        raise SchemaError(f"tools must be a list, got {type(tools).__name__}")
+    formatted: list[dict[str, Any]] = []
+    for i, tool in enumerate(tools):
+        try:
+            converted = convert_to_openai_tool(tool)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise SchemaError(f"cannot convert tool {i} ({tool!r:.80}): {exc}") from exc
+        # The same tool given twice (say a Pydantic class and its JSON Schema) is kept once;
+        # two different tools with one name are rejected by ``tool_specs`` below.
+        same = [t for t in formatted if t["function"]["name"] == converted["function"]["name"]]
+        if same and ToolSpec.from_any(same[0]) == ToolSpec.from_any(converted):
+            continue
+        formatted.append(converted)
+    tool_specs(formatted)  # validate now, not at the first call
+    return formatted
+
+
+def normalize_tool_choice(choice: Any) -> str:
+    """``"any"``/``"required"``/``True`` → ``"required"``; ``{"function": {"name": n}}`` → n.
+
+    Raises
+    ------
+    ToolChoiceError
+        The value is not a mode, a tool name or an OpenAI/Anthropic tool-choice dict.
+    """
+    if choice is True or choice in ("any", "required"):
+        return "required"
+    if choice is False:
+        return "none"
+    if isinstance(choice, str) and choice:
+        return choice
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name") or choice.get("name")
+        if isinstance(name, str) and name:
+            return name
+        if choice.get("type") in ("any", "auto", "none"):
+            return normalize_tool_choice(choice["type"])
+    raise ToolChoiceError(
+        f"tool_choice {choice!r} is not 'auto', 'any'/'required', 'none', a tool name or "
+        "{'type': 'function', 'function': {'name': ...}}"
+    )
+
+
+def _is_pydantic_class(schema: Any) -> bool:
+    from pydantic.v1 import BaseModel as BaseModelV1
+
+    return isinstance(schema, type) and issubclass(schema, BaseModel | BaseModelV1)

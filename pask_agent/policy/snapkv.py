@@ -1,0 +1,109 @@
+"""``snapkv`` (SnapKV, Li et al. 2024): the prompt's observation window votes which prompt
+tokens to keep.
+
+The last ``observation_tokens`` prompt tokens run as their own chunk (the engine honours
+``observation_tokens``), so the attention mass of that step is exactly the observation
+window's. At the end of prefill each prompt position's mass is smoothed by 1-D pooling over
+neighbouring positions (``kernel``; ``pooling`` max or avg) and the best prompt tokens that
+fit the target total ``B`` stay high (paper App. C.3). Generated tokens follow a recency rule:
+they rank above every prompt token, newest first, so as decoding grows the weakest remaining
+prompt tokens are released and the total stays at ``B``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pask_agent.errors import ConfigError
+from pask_agent.policy.base import Demotion, Policy, PolicyEnv, RetentionView
+from pask_agent.policy.registry import register_policy
+from pask_agent.policy.scored import ScoredSession, check_budget, recency, resolve_budget
+
+_DECODE_RANK = 1e30  # generated tokens outrank any pooled prompt score
+
+
+@dataclass
+class SnapKVSession(ScoredSession):
+    """Freezes the pooled observation-window scores at the end of prefill."""
+
+    kernel: int = 7
+    pooling: str = "max"
+    prompt_len: int = 0
+    prompt_scores: list[np.ndarray] = field(default_factory=list)
+
+    def revise(self, view: RetentionView) -> list[Demotion]:
+        if view.prefill_done and not self.prompt_scores:
+            if view.step_scores is None:
+                raise ConfigError("snapkv needs attention scores; set needs_scores on the class")
+            self.prompt_len = view.length
+            self.prompt_scores = [
+                pool_scores(view.step_scores[g][: view.length], self.kernel, self.pooling)
+                for g in range(3)
+            ]
+        return ScoredSession.revise(self, view)
+
+    def rank(self, view: RetentionView, group: int) -> np.ndarray:
+        out = recency(view, group) + _DECODE_RANK
+        out[: self.prompt_len] = self.prompt_scores[group]
+        return out
+
+
+def pool_scores(scores: np.ndarray, kernel: int, pooling: str) -> np.ndarray:
+    """``[n]`` scores smoothed over a centred window of ``kernel`` positions (stride 1)."""
+    x = np.asarray(scores, dtype=np.float64)
+    half = kernel // 2
+    if half == 0 or x.size == 0:
+        return x
+    fill = -np.inf if pooling == "max" else 0.0
+    padded = np.pad(x, half, constant_values=fill)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, kernel)
+    if pooling == "max":
+        return windows.max(axis=1)
+    counts = np.convolve(np.ones_like(x), np.ones(kernel), mode="same")
+    return windows.sum(axis=1) / counts
+
+
+@register_policy("snapkv")
+@dataclass(frozen=True, slots=True)
+class SnapKVPolicy(Policy):
+    """Observation-window prompt selection, within ``B``.
+
+    Parameters
+    ----------
+    budget:
+        Target total ``B`` used when the request names none.
+    observation_tokens:
+        Last prompt tokens whose attention scores the prompt (Table 8: 16–128).
+    kernel:
+        Odd pooling width in positions (Table 8: 3, 5, 7).
+    pooling:
+        ``"max"`` or ``"avg"``.
+    """
+
+    budget: float = 0.33
+    observation_tokens: int = 32  # type: ignore[misc]  # a per-instance knob here
+    kernel: int = 7
+    pooling: str = "max"
+    name = "snapkv"
+    needs_scores = True
+    revises = True
+
+    def __post_init__(self) -> None:
+        check_budget(self.budget)
+        if self.observation_tokens < 1:
+            raise ConfigError(f"observation_tokens must be >= 1, got {self.observation_tokens}")
+        if self.kernel < 1 or self.kernel % 2 == 0:
+            raise ConfigError(f"kernel must be a positive odd number, got {self.kernel}")
+        if self.pooling not in ("max", "avg"):
+            raise ConfigError(f"pooling must be 'max' or 'avg', got {self.pooling!r}")
+
+    def start(self, env: PolicyEnv) -> SnapKVSession:
+        return SnapKVSession(
+            env,
+            resolve_budget(env, self.budget),
+            recency,
+            kernel=self.kernel,
+            pooling=self.pooling,
+        )
