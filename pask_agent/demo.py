@@ -1,56 +1,77 @@
-"""``make demo``: one short generation on the default model at full KV and at compressed
-settings, through our KV store, with the measured KV bytes of each."""
+"""``make demo``: a tool-calling agent step and a structured call on the embedded default model,
+at Full KV and under PASK, with the measured KV bytes of each."""
 
 from __future__ import annotations
 
 import time
 
-from pask_agent.policy.actions import Action
-from pask_agent.runtime.generate import greedy_generate, stop_token_ids
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+import anyio
+from pydantic import BaseModel
+
 from pask_agent.runtime.models import load_model
-
-PROMPT = (
-    "Write a Python function `is_prime(n)` that returns True when n is prime. "
-    "Reply with the code only."
-)
+from pask_agent.runtime.runtime import Runtime
 
 
-def main() -> None:
+def get_weather(city: str, unit: str = "celsius") -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: The city name, e.g. "Paris".
+        unit: Temperature unit, "celsius" or "fahrenheit".
+    """
+    return f"21 degrees {unit} and sunny in {city}"
+
+
+def convert_currency(amount: float, from_currency: str, to_currency: str) -> float:
+    """Convert an amount of money between two ISO 4217 currencies.
+
+    Args:
+        amount: The amount to convert.
+        from_currency: Three-letter code of the source currency.
+        to_currency: Three-letter code of the target currency.
+    """
+    return round(amount * 1.08, 2)
+
+
+class Flight(BaseModel):
+    origin: str
+    destination: str
+    passengers: int
+    date: str
+
+
+async def main() -> None:
     t0 = time.perf_counter()
     print("loading the default model (the first run converts it once; later runs take seconds)")
-    loaded = load_model("default")
-    print(f"loaded {loaded.path} in {time.perf_counter() - t0:.1f}s")
-    tok = loaded.tokenizer
-    text = tok.apply_chat_template(
-        [{"role": "user", "content": PROMPT}], tokenize=False, add_generation_prompt=True
-    )
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    layout = KVLayout.from_config(loaded.model.config)
-    for label, action, window in (
-        ("full KV", Action.H, 16),
-        ("INT4 after a 16-token window", Action.L, 16),
-    ):
-        store = KVStore(layout, StoreConfig(sinks=4, window=window))
-        t0 = time.perf_counter()
-        gen = greedy_generate(
-            loaded.model,
-            store,
-            [ids],
-            max_new_tokens=48,
-            action=action,
-            stop_ids=stop_token_ids(loaded.model, tok),
-        )[0]
-        dt = time.perf_counter() - t0
-        kv = gen.kv
-        print(f"\n=== {label}: {len(gen.token_ids)} tokens in {dt:.1f}s ===")
-        print(tok.decode(list(gen.token_ids)))
-        print(
-            f"[kv] tokens={kv.tokens} high={kv.high_bytes}B low={kv.low_bytes}B "
-            f"scales={kv.scale_bytes}B full={kv.full_bytes}B measured B={kv.measured_b:.3f} "
-            f"peak={kv.peak_bytes}B"
+    loaded = await anyio.to_thread.run_sync(load_model, "default")
+    print(f"loaded {loaded.path} in {time.perf_counter() - t0:.1f}s\n")
+    question = "How warm is it in Lisbon right now, in fahrenheit?"
+    async with Runtime.open(loaded) as rt:
+        for policy, budget in (("full", None), ("pask", 0.33)):
+            t0 = time.perf_counter()
+            result = await rt.chat(
+                [{"role": "user", "content": question}],
+                tools=[get_weather, convert_currency],
+                policy=policy,
+                budget=budget,
+                max_new_tokens=64,
+            )
+            u = result.usage
+            print(f"=== policy={policy} budget={budget} ({time.perf_counter() - t0:.1f}s) ===")
+            for call in result.tool_calls:
+                print(f"tool call: {call.name}({call.arguments})")
+            print(
+                f"[kv] prompt={u.prompt_tokens} new={u.completion_tokens} "
+                f"kv={u.kv_bytes}B of full {u.full_kv_bytes}B -> measured B={u.measured_b:.3f}"
+                f", peak={u.peak_kv_bytes}B\n"
+            )
+        flight = await rt.call(
+            Flight,
+            "Book a flight for two passengers from Boston to Denver on December 18, 2026.",
+            max_new_tokens=64,
         )
+        print(f"structured call -> {flight!r}")
 
 
 if __name__ == "__main__":
-    main()
+    anyio.run(main)

@@ -25,6 +25,7 @@ from pask_agent.grammars.json_nodes import (
     COLON,
     COLON_SP,
     COMMA_SP,
+    FREE_TEXT_FORBIDDEN_FIRST,
     KEY,
     KEY_OPEN,
     N_DOT,
@@ -148,8 +149,8 @@ def _start(node: Node, role: Role, ch: str, parent: Stack, choice: int = -1) -> 
     if kind is LiteralNode:
         return _step_lit(LitFrame(node, tuple(range(len(node.texts))), 0, role), parent, ch)
     if kind is TextNode:
-        if ch in "{[":
-            raise Reject("free text must not start with '{' or '['")
+        if ch in FREE_TEXT_FORBIDDEN_FIRST:
+            raise Reject(f"free text must not start with {ch!r} (calls must be bare JSON)")
         return [((TEXT_FRAME, parent), Kind.TEXT, Role.SCAFFOLD)]
     raise TypeError(f"unknown scanner node {node!r}")
 

@@ -136,9 +136,15 @@ class UnionNode:
     options: tuple[Node, ...]
 
 
+# Free text (tool_choice auto/none) may not open with these: a call must look like a call, so
+# the small models' habit of wrapping calls in fences (```json) or tags (<tool_call>) or
+# leading blank lines cannot smuggle a call into text. The grammar and the tagger share it.
+FREE_TEXT_FORBIDDEN_FIRST = "{[`< \t\r\n"
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class TextNode:
-    """Free text of at least one character whose first character is not ``{`` or ``[``."""
+    """Free text of at least one character; its first is not in FREE_TEXT_FORBIDDEN_FIRST."""
 
 
 Node = (
@@ -234,8 +240,8 @@ def output_node(
     tools: Sequence[ToolSpec], *, parallel: bool, calls: bool, text: bool, layout: JsonLayout
 ) -> Node:
     """The whole assistant output, as ``tool_grammar.tool_call_ebnf`` builds it: a call
-    ``{"name": <tool>, "arguments": <that tool's schema>}`` (an array of them when ``parallel``)
-    if ``calls``, free text if ``text``."""
+    ``{"name": <tool>, "arguments": <that tool's schema>}`` (when ``parallel``, also an array of
+    one or more of them) if ``calls``, free text if ``text``."""
     if not calls:
         return TextNode()
     any_node = AnyNode(layout)
@@ -249,8 +255,10 @@ def output_node(
             Prop("arguments", '"arguments"', args, True, Kind.FIXED_KEY, Role.SCAFFOLD),
         )
     )
-    output: Node = ArrayNode((), call, 1, None) if parallel else call
-    return UnionNode((output, TextNode())) if text else output
+    options: tuple[Node, ...] = (ArrayNode((), call, 1, None), call) if parallel else (call,)
+    if text:
+        options = (*options, TextNode())
+    return options[0] if len(options) == 1 else UnionNode(options)
 
 
 # ---- parse frames (the scanner state; see json_lexer) ----------------------------------------

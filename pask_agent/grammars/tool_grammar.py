@@ -25,6 +25,7 @@ import xgrammar
 
 from pask_agent.errors import SchemaError, ToolChoiceError
 from pask_agent.grammars.json_ebnf import EbnfBuilder, ebnf_literal, json_literal
+from pask_agent.grammars.json_nodes import FREE_TEXT_FORBIDDEN_FIRST
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
 
 ToolChoice = Literal["auto", "required", "any", "none"] | str
@@ -32,6 +33,16 @@ TOOL_CHOICE_MODES: tuple[str, ...] = ("auto", "required", "any", "none")
 
 # Tokens that end a turn, by their text; whichever of them the tokenizer has are stop tokens.
 _STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")
+_CLASS_ESCAPES = {
+    "[": "\\[",
+    "]": "\\]",
+    "\\": "\\\\",
+    "^": "\\^",
+    "-": "\\-",
+    "\t": "\\t",
+    "\r": "\\r",
+    "\n": "\\n",
+}
 _PAD_TOKEN = re.compile(r"\[PAD\d+\]")
 _CONTROL_TOKEN = re.compile(r"<\|?[^\s<>|]+\|?>|</[^\s<>]+>")  # <tool_call>, </tool_call>, <|x|>
 
@@ -71,7 +82,9 @@ def tool_call_ebnf(
     specs = tool_specs(tools)
     choice = _check_choice(tool_choice, specs)
     builder = EbnfBuilder()
-    free_text = "[^\\[{] [^]*"  # any text that cannot be mistaken for a call
+    # any text that cannot be mistaken for a call (see FREE_TEXT_FORBIDDEN_FIRST)
+    first = "".join(_CLASS_ESCAPES.get(c, c) for c in FREE_TEXT_FORBIDDEN_FIRST)
+    free_text = f"[^{first}] [^]*"
     if choice == "none":
         builder.named("root", builder.named("free_text", free_text))
         return _root_first(builder)
@@ -87,7 +100,10 @@ def tool_call_ebnf(
         head = ebnf_literal('{"name": ' + json_literal(spec.name) + ', "arguments": ')
         calls.append(builder.named(f"call_{i}", f'{head} {args} "}}"'))
     call = builder.named("call", " | ".join(calls))
-    output = builder.named("call_array", f'"[" {call} (", " {call})* "]"') if parallel else call
+    # parallel: an array of calls, or a single bare call (small models often skip the array)
+    output = (
+        builder.named("calls", f'"[" {call} (", " {call})* "]" | {call}') if parallel else call
+    )
     if choice == "auto":
         builder.named("root", f"{output} | {builder.named('free_text', free_text)}")
     else:
