@@ -235,12 +235,21 @@ def write_results(
 
 
 def configurations(policies: Sequence[str], budgets: Sequence[float]) -> list[tuple[str, float]]:
-    """(policy, budget) pairs in the order given; ``full`` once, at ``B = 1``."""
+    """(policy, budget) pairs, budget by budget in the order given; ``full`` once, at ``B = 1``.
+
+    Raises
+    ------
+    ConfigError
+        A budget outside ``(0, 1]``.
+    """
     out: list[tuple[str, float]] = []
-    for p in policies:
-        for b in [1.0] if p == "full" else budgets:
-            if (p, b) not in out:
-                out.append((p, b))
+    for b in budgets:
+        if not 0 < b <= 1:
+            raise ConfigError(f"budget {b} must lie in (0, 1] (a share of Full-KV bytes)")
+        for p in policies:
+            pair = (p, 1.0 if p == "full" else b)
+            if pair not in out:
+                out.append(pair)
     return out
 
 
@@ -261,7 +270,8 @@ async def evaluate(
     from pask_agent.runtime.runtime import Runtime
 
     for p in policies:
-        get_policy(p)  # unknown names fail before the model loads
+        get_policy(p)  # unknown names and budgets fail before the model loads
+    plan = configurations(policies, budgets)
     cases = load_split(split, per_category)
     note = (
         f"{len(cases)} BFCL v4 non-live cases ({per_category} per category, split {split!r}: "
@@ -274,7 +284,7 @@ async def evaluate(
     results: list[CaseResult] = []
     summaries: list[ConfigSummary] = []
     async with Runtime.open(model, config=config) as rt:
-        for policy, budget in configurations(policies, budgets):
+        for policy, budget in plan:
             start = time.perf_counter()
             batch = await run_config(rt, cases, policy, budget, max_new_tokens=max_new_tokens)
             summary = summarize(batch, time.perf_counter() - start)

@@ -77,50 +77,51 @@ class PaskSession:
         return self.controller.on_token(tag, is_stop=is_stop).actions  # type: ignore[return-value]
 
     def revise(self, view: RetentionView) -> list[Demotion]:
-        """The budget guard: demote settled prompt tokens above their floors while over ``B``."""
+        """The budget guard: while the sequence's live bytes exceed ``B`` × its Full-KV bytes,
+        demote settled prompt tokens one step (H→L, L→R), lowest priority first, above floors.
+
+        The check is over all layer groups together: the planner and controller may spend
+        more in one group than another, so only the total is held to ``B``.
+        """
         if self.costs is None or self.rules is None or self.budget >= 1 or not view.prefill_done:
             return []
         if self._prompt_start < 0:
             self._prompt_start = view.length - len(self._labels)
-        out: list[Demotion] = []
-        for g in range(NUM_GROUPS):
-            out.extend(self._guard_group(view, g))
-        return out
-
-    def _guard_group(self, view: RetentionView, g: int) -> list[Demotion]:
-        h_cost = self.costs.cost(Action.H, g)  # type: ignore[union-attr]
-        l_cost = self.costs.cost(Action.L, g)  # type: ignore[union-attr]
+        costs = self.costs
         protected = min(view.sinks, view.length) + view.length - max(view.settled, view.sinks)
-        live = (protected + len(view.high[g])) * h_cost + len(view.low[g]) * l_cost
-        excess = live - math.floor(self.budget * view.length * h_cost)
+        live = sum(
+            (protected + len(view.high[g])) * costs.cost(Action.H, g)
+            + len(view.low[g]) * costs.cost(Action.L, g)
+            for g in range(NUM_GROUPS)
+        )
+        excess = live - math.floor(self.budget * view.length * costs.full_bytes_per_token)
         if excess <= 0:
             return []
-        start, n = self._prompt_start, len(self._labels)
-        moves: list[tuple[float, int, int]] = []  # (priority lost, position, from action)
-        for held, action in ((view.high[g], Action.H), (view.low[g], Action.L)):
-            pos = held[(held >= start) & (held < start + n)]
-            lab = self._labels[pos - start]
-            ok = self.rules.floor[lab, g] < action  # type: ignore[union-attr]
-            lost = self.rules.priority[lab[ok], g, int(action) - 1]  # type: ignore[union-attr]
-            moves += [(s, p, int(action)) for s, p in zip(lost, pos[ok], strict=True)]
-        moves.sort(key=lambda m: (m[0], -m[1]))
-        to_low: list[int] = []
-        to_release: list[int] = []
-        for _, p, a in moves:
+        moves = self._moves(view)
+        moves.sort(key=lambda m: (m[0], -m[1], m[2]))
+        chosen: dict[tuple[int, int], list[int]] = {}
+        for _, p, g, a in moves:
             if excess <= 0:
                 break
-            if a == Action.H:
-                to_low.append(p)
-                excess -= h_cost - l_cost
-            else:
-                to_release.append(p)
-                excess -= l_cost
-        out = []
-        if to_low:
-            out.append(Demotion(g, tuple(to_low), Action.L))
-        if to_release:
-            out.append(Demotion(g, tuple(to_release), Action.R))
-        return out
+            chosen.setdefault((g, a), []).append(p)
+            excess -= costs.cost(Action(a), g) - costs.cost(Action(a - 1), g)
+        return [Demotion(g, tuple(ps), Action(a - 1)) for (g, a), ps in sorted(chosen.items())]
+
+    def _moves(self, view: RetentionView) -> list[tuple[float, int, int, int]]:
+        """``(priority lost, position, group, current action)`` of every allowed demotion."""
+        rules = self.rules
+        start, n = self._prompt_start, len(self._labels)
+        moves: list[tuple[float, int, int, int]] = []
+        for g in range(NUM_GROUPS):
+            for held, action in ((view.high[g], Action.H), (view.low[g], Action.L)):
+                pos = held[(held >= start) & (held < start + n)]
+                lab = self._labels[pos - start]
+                ok = rules.floor[lab, g] < action  # type: ignore[union-attr]
+                lost = rules.priority[lab[ok], g, int(action) - 1]  # type: ignore[union-attr]
+                moves += [
+                    (float(s), int(p), g, int(action)) for s, p in zip(lost, pos[ok], strict=True)
+                ]
+        return moves
 
 
 @register_policy("pask")

@@ -246,9 +246,10 @@ class Engine:
         want_scores = any(r.policy.needs_scores for r, _ in batch)
         step = self.store.begin_step(chunks, want_scores=want_scores)
         logits = forward_step(self.model, self.cache, step, torch.tensor(tokens, device=device))
-        self.store.end_step(step)
-        for r, _ in batch:
-            if r.policy.revises:
+        prefilling = frozenset(r.state.seq_id for r, ready in batch if not ready)
+        self.store.end_step(step, hold=prefilling)
+        for r, ready in batch:
+            if r.policy.revises and ready:
                 self._revise(r, with_scores=r.policy.needs_scores)
         ready_rows = [(row, r) for row, (r, ready) in enumerate(batch) if ready]
         if ready_rows:

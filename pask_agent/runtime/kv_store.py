@@ -459,8 +459,12 @@ class KVStore:
         else:
             raise KVStoreError("demote takes L or R; nothing can be promoted back to H")
 
-    def end_step(self, step: StepBatch) -> None:
-        """Execute the scheduled actions of tokens that left the recent window this step."""
+    def end_step(self, step: StepBatch, *, hold: frozenset[str] = frozenset()) -> None:
+        """Execute the scheduled actions of tokens that left the recent window this step.
+
+        Sequences in ``hold`` (prompts still being prefilled in chunks) keep everything high
+        for now: the prefill plan is materialized after a high-precision prefill (§3.6).
+        """
         if step.want_scores:
             for seq_id in step.seq_ids:
                 seq = self._seqs[seq_id]
@@ -468,6 +472,8 @@ class KVStore:
                     seq.scores[g] += seq.step_scores[g]
         s, w = self.config.sinks, self.config.window
         for seq_id in step.seq_ids:
+            if seq_id in hold:
+                continue
             seq = self._seqs[seq_id]
             start, stop = max(seq.settled, s), seq.length - w
             if stop <= start:
