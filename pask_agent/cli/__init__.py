@@ -33,6 +33,20 @@ def main(argv: list[str] | None = None) -> int:
     except PaskError as exc:
         print(f"pask-agent {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BaseExceptionGroup as group:  # errors raised inside the runtime's task group
+        match, rest = group.split(PaskError)
+        if match is None or rest is not None:
+            raise
+        for exc in _leaves(match):
+            print(f"pask-agent {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
 
 
 if __name__ == "__main__":
