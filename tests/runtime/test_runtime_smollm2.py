@@ -120,3 +120,33 @@ def test_admission_waits_instead_of_failing(smollm2) -> None:
                 await rt.chat(_msgs("word " * 200), max_new_tokens=8)
 
     anyio.run(main)
+
+
+def test_long_prompt_prefills_in_chunks_without_stalling_decode(smollm2) -> None:
+    from pask_agent.policy.full import FullPolicy
+    from pask_agent.runtime.engine import Engine, Request, SamplingParams
+    from pask_agent.runtime.outputs import TEXT
+
+    engine = Engine(smollm2, RuntimeConfig(prefill_chunk_tokens=64, window=8))
+    tok = smollm2.tokenizer
+
+    def request(text: str, n: int) -> Request:
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        params = SamplingParams(max_new_tokens=n, ignore_eos=True)
+        return Request(ids, None, TEXT, params, engine.new_sequence(FullPolicy().start(None)))
+
+    short = request("Count: one, two,", 12)
+    engine.inbox.append(short)
+    engine.step()  # short prompt prefilled, first token out
+    long = request("word " * 300, 2)
+    engine.inbox.append(long)
+    lengths = []
+    while long.prefill_pos < len(long.prompt_ids):
+        before = len(short.generated)
+        engine.step()
+        assert len(short.generated) == before + 1  # decode advanced every step
+        lengths.append(engine.store.length(long.state.seq_id))
+        # nothing of the long prompt settles (leaves the window) before it is fully prefilled
+        high, low = engine.store.retained(long.state.seq_id, 0)
+        assert len(high) == lengths[-1] and not low
+    assert len(lengths) >= 4 and all(b - a <= 64 for a, b in zip([0, *lengths], lengths))
