@@ -48,7 +48,10 @@ class RuntimeConfig:
     kv_capacity_bytes: int = 4 << 30
     prefill_chunk_tokens: int = 256
     max_batch: int = 16
-    jump_forward: bool = True
+    # Off by default: appending grammar-forced text re-tokenizes it, which gives the model token
+    # boundaries it never produces itself; on 20 BFCL cases that cost 2 correct calls
+    # (18/20 without, 16/20 with) for a modest speed gain.
+    jump_forward: bool = False
 
     def __post_init__(self) -> None:
         if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
