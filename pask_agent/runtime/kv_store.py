@@ -27,153 +27,19 @@ import torch
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.attention import KeyScores, PoolView, mixed_attention
 from pask_agent.kernels.int4 import quantize_int4
-from pask_agent.policy.actions import Action, LayerGroups
+from pask_agent.policy.actions import Action
+from pask_agent.runtime.kv_layout import KVLayout, KVReport, StoreConfig
+from pask_agent.runtime.slots import SlotAllocator, SlotMap
 
-
-@dataclass(frozen=True, slots=True)
-class KVLayout:
-    """Shape of a model's KV: layers, KV heads, head dim, and the three layer groups."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-
-    @classmethod
-    def from_config(cls, config: object) -> KVLayout:
-        text = getattr(config, "text_config", config)
-        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-        return cls(text.num_hidden_layers, heads, head_dim)
-
-    @property
-    def groups(self) -> LayerGroups:
-        return LayerGroups.for_layers(self.num_layers)
-
-    @property
-    def high_row_bytes(self) -> int:
-        """Bytes of one token's K and V in one layer at BF16."""
-        return 2 * self.num_kv_heads * self.head_dim * 2
-
-    @property
-    def low_row_bytes(self) -> int:
-        """Bytes of one token's packed INT4 K and V codes in one layer (odd dims padded)."""
-        return 2 * self.num_kv_heads * ((self.head_dim + 1) // 2)
-
-    @property
-    def scale_row_bytes(self) -> int:
-        """Bytes of one token's FP16 K and V scales in one layer (one per KV head)."""
-        return 2 * self.num_kv_heads * 2
-
-
-@dataclass(frozen=True, slots=True)
-class StoreConfig:
-    """Protection settings. ``sinks`` first tokens and the last ``window`` tokens stay high."""
-
-    sinks: int = 4
-    window: int = 16
-    high_dtype: torch.dtype = torch.bfloat16
-    initial_capacity: int = 256
-
-    def __post_init__(self) -> None:
-        if self.sinks < 0 or self.window < 1:
-            raise KVStoreError(f"need sinks >= 0 and window >= 1, got {self.sinks}, {self.window}")
-        if self.initial_capacity < 1:
-            raise KVStoreError("initial_capacity must be >= 1")
-
-
-@dataclass(frozen=True, slots=True)
-class KVReport:
-    """Exact payload bytes: B = (high + low + scales) / full for the same tokens (App. B.3)."""
-
-    tokens: int
-    high_bytes: int
-    low_bytes: int
-    scale_bytes: int
-    full_bytes: int
-    peak_bytes: int
-    sinks: int
-    window: int
-
-    @property
-    def live_bytes(self) -> int:
-        return self.high_bytes + self.low_bytes + self.scale_bytes
-
-    @property
-    def measured_b(self) -> float:
-        return self.live_bytes / self.full_bytes if self.full_bytes else 0.0
-
-    def as_dict(self) -> dict[str, int | float]:
-        return {
-            "tokens": self.tokens,
-            "high_bytes": self.high_bytes,
-            "low_bytes": self.low_bytes,
-            "scale_bytes": self.scale_bytes,
-            "full_bytes": self.full_bytes,
-            "measured_b": round(self.measured_b, 6),
-            "peak_bytes": self.peak_bytes,
-            "sinks": self.sinks,
-            "window": self.window,
-        }
-
-
-class _SlotMap:
-    """One sequence's slots in one group's pool: unordered rows with O(1) insert and remove.
-
-    Attention is order-free over keys (positions ride along), so removal swaps in the last row.
-    """
-
-    __slots__ = ("slots", "positions", "index")
-
-    def __init__(self) -> None:
-        self.slots: list[int] = []
-        self.positions: list[int] = []
-        self.index: dict[int, int] = {}
-
-    def add(self, position: int, slot: int) -> None:
-        self.index[position] = len(self.slots)
-        self.slots.append(slot)
-        self.positions.append(position)
-
-    def remove(self, position: int) -> int:
-        i = self.index.pop(position)
-        slot = self.slots[i]
-        last_slot, last_pos = self.slots.pop(), self.positions.pop()
-        if i < len(self.slots):
-            self.slots[i], self.positions[i] = last_slot, last_pos
-            self.index[last_pos] = i
-        return slot
-
-
-class _Allocator:
-    """A free list over ``capacity`` slots; grows by doubling (the caller grows the tensors)."""
-
-    __slots__ = ("capacity", "free", "used")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.free = list(range(capacity - 1, -1, -1))
-        self.used = 0
-
-    def take(self, n: int) -> tuple[list[int], int]:
-        """Return ``n`` slots and the capacity needed to hold them (maybe larger than now)."""
-        while len(self.free) < n:
-            old, self.capacity = self.capacity, self.capacity * 2
-            self.free[:0] = range(self.capacity - 1, old - 1, -1)
-        taken = [self.free.pop() for _ in range(n)]
-        self.used += n
-        return taken, self.capacity
-
-    def give(self, slots: Sequence[int]) -> None:
-        self.free.extend(slots)
-        self.used -= len(slots)
+__all__ = ["KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
 
 
 @dataclass
 class _Sequence:
     length: int = 0  # logical length: tokens written so far (absolute position of the next one)
     settled: int = 0  # tokens below this position have had their scheduled action executed
-    high: list[_SlotMap] = field(default_factory=list)  # per group
-    low: list[_SlotMap] = field(default_factory=list)
+    high: list[SlotMap] = field(default_factory=list)  # per group
+    low: list[SlotMap] = field(default_factory=list)
     pending: dict[int, tuple[Action, ...]] = field(default_factory=dict)
     peak_bytes: int = 0
     # attention mass per position and group: all steps so far, and the latest step alone
@@ -233,8 +99,8 @@ class KVStore:
         self._group_of_layer = [self.groups.group_of(i) for i in range(layout.num_layers)]
         cap = self.config.initial_capacity
         h, d, dp = layout.num_kv_heads, layout.head_dim, (layout.head_dim + 1) // 2
-        self._high_alloc = [_Allocator(cap) for _ in range(3)]
-        self._low_alloc = [_Allocator(cap) for _ in range(3)]
+        self._high_alloc = [SlotAllocator(cap) for _ in range(3)]
+        self._low_alloc = [SlotAllocator(cap) for _ in range(3)]
         kw = {"device": self.device}
         self.high_k = [
             torch.zeros(cap, h, d, dtype=self.config.high_dtype, **kw)
@@ -257,7 +123,7 @@ class KVStore:
         if seq_id in self._seqs:
             raise KVStoreError(f"sequence {seq_id!r} already exists in the store")
         self._seqs[seq_id] = _Sequence(
-            high=[_SlotMap() for _ in range(3)], low=[_SlotMap() for _ in range(3)]
+            high=[SlotMap() for _ in range(3)], low=[SlotMap() for _ in range(3)]
         )
 
     def remove_sequence(self, seq_id: str) -> None:

@@ -1,0 +1,96 @@
+"""Value types of the KV store: the model's KV shape, protection settings, byte reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from pask_agent.errors import KVStoreError
+from pask_agent.policy.actions import LayerGroups
+
+
+@dataclass(frozen=True, slots=True)
+class KVLayout:
+    """Shape of a model's KV: layers, KV heads, head dim, and the three layer groups."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+
+    @classmethod
+    def from_config(cls, config: object) -> KVLayout:
+        text = getattr(config, "text_config", config)
+        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        return cls(text.num_hidden_layers, heads, head_dim)
+
+    @property
+    def groups(self) -> LayerGroups:
+        return LayerGroups.for_layers(self.num_layers)
+
+    @property
+    def high_row_bytes(self) -> int:
+        """Bytes of one token's K and V in one layer at BF16."""
+        return 2 * self.num_kv_heads * self.head_dim * 2
+
+    @property
+    def low_row_bytes(self) -> int:
+        """Bytes of one token's packed INT4 K and V codes in one layer (odd dims padded)."""
+        return 2 * self.num_kv_heads * ((self.head_dim + 1) // 2)
+
+    @property
+    def scale_row_bytes(self) -> int:
+        """Bytes of one token's FP16 K and V scales in one layer (one per KV head)."""
+        return 2 * self.num_kv_heads * 2
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    """Protection settings. ``sinks`` first tokens and the last ``window`` tokens stay high."""
+
+    sinks: int = 4
+    window: int = 16
+    high_dtype: torch.dtype = torch.bfloat16
+    initial_capacity: int = 256
+
+    def __post_init__(self) -> None:
+        if self.sinks < 0 or self.window < 1:
+            raise KVStoreError(f"need sinks >= 0 and window >= 1, got {self.sinks}, {self.window}")
+        if self.initial_capacity < 1:
+            raise KVStoreError("initial_capacity must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class KVReport:
+    """Exact payload bytes: B = (high + low + scales) / full for the same tokens (App. B.3)."""
+
+    tokens: int
+    high_bytes: int
+    low_bytes: int
+    scale_bytes: int
+    full_bytes: int
+    peak_bytes: int
+    sinks: int
+    window: int
+
+    @property
+    def live_bytes(self) -> int:
+        return self.high_bytes + self.low_bytes + self.scale_bytes
+
+    @property
+    def measured_b(self) -> float:
+        return self.live_bytes / self.full_bytes if self.full_bytes else 0.0
+
+    def as_dict(self) -> dict[str, int | float]:
+        return {
+            "tokens": self.tokens,
+            "high_bytes": self.high_bytes,
+            "low_bytes": self.low_bytes,
+            "scale_bytes": self.scale_bytes,
+            "full_bytes": self.full_bytes,
+            "measured_b": round(self.measured_b, 6),
+            "peak_bytes": self.peak_bytes,
+            "sinks": self.sinks,
+            "window": self.window,
+        }
