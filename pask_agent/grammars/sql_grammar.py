@@ -15,8 +15,9 @@ is stored in this canonical form):
   No space after ``(`` or before ``)``/``,``; function calls are ``NAME(args)``.
 * Table and column names come from the schema, bare when they are plain identifiers that are
   not SQL keywords, double-quoted always (``"final grade"``). Aliases (``AS x``) are any plain
-  identifier and ``AS`` is required; a qualifier before ``.`` is any plain identifier (a table
-  or an alias) or a quoted table name. ``GROUP BY`` and ``ORDER BY`` may also name a
+  identifier and ``AS`` is required; a qualifier before ``.`` is a table name or a short table
+  alias (a letter and up to 3 letters or digits: ``T1``, ``o``, ``sub``), so a misspelt column
+  cannot survive as a made-up qualifier. ``GROUP BY`` and ``ORDER BY`` may also name a
   projection alias.
 * Literals: integers and decimals of at most 15 + 10 digits, single-quoted strings
   (``''`` escapes a quote, no newline), ``NULL``, ``CURRENT_DATE``/``CURRENT_TIMESTAMP``.
@@ -118,7 +119,7 @@ from_clause ::= sp K_FROM sp table_ref join*
 join ::= "," sp table_ref | sp join_op sp table_ref join_cond?
 join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN | K_CROSS sp K_JOIN
 join_cond ::= sp K_ON sp expr | sp K_USING sp "(" column_name ("," sp column_name)* ")"
-table_ref ::= (table_name | "(" query ")") (sp K_AS sp alias)?
+table_ref ::= (table_name | "(" query ")") (sp K_AS sp table_alias)?
 where_clause ::= sp K_WHERE sp expr
 group_clause ::= sp K_GROUP sp K_BY sp group_item ("," sp group_item)* (sp K_HAVING sp expr)?
 group_item ::= expr | alias
@@ -140,7 +141,7 @@ unary ::= "-" primary | primary
 primary ::= literal | column_ref | scalar_call | aggregate_call | case_expr | cast_expr | nested
 nested ::= "(" expr ")" | "(" query ")" | K_EXISTS sp "(" query ")"
 column_ref ::= column_name | qualifier "." column_name
-qualifier ::= ident | table_name_quoted
+qualifier ::= table_name | table_alias
 scalar_call ::= scalar_name "(" (expr ("," sp expr)*)? ")"
 aggregate_call ::= count_star | aggregate_name "(" (K_DISTINCT sp)? expr ("," sp expr)* ")"
 count_star ::= ("COUNT" | "count") "(*)"
@@ -152,6 +153,7 @@ integer ::= [0-9]{1,INT}
 string ::= "'" ([^'\n] | "''")* "'"
 alias ::= ident | "\"" [A-Za-z0-9_ ]{1,40} "\""
 ident ::= [A-Za-z_] [A-Za-z0-9_]{0,39}
+table_alias ::= [A-Za-z] [A-Za-z0-9]{0,3}
 sp ::= [ \n]
 """
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import nullcontext
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from pask_agent.integrations._portal import RuntimeHost
 from pask_agent.runtime.constraint import OutputSpec
 from pask_agent.runtime.outputs import schema_prompt
 from pask_agent.runtime.results import ChatResult, Delta, ToolCall
-from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.runtime import Conversation, Runtime
 
 # Errors that a retry cannot fix: the request itself is wrong.
 _NOT_RETRYABLE = (ConfigError, SchemaError, ToolChoiceError)
@@ -61,18 +61,23 @@ class TurnRequest:
     conversation_id: str | None
 
 
-def conversation_key(model: str, messages: Sequence[dict[str, Any]]) -> str:
+def conversation_key(
+    model: str, policy: Any, budget: float | None, messages: Sequence[dict[str, Any]]
+) -> str:
     """A stable id for an agent loop: the system prompt(s) and the first user message.
 
     Every step of a loop resends the same opening messages, so its steps land in one runtime
-    conversation and each step reuses the KV of the previous steps' common prefix.
+    conversation and each step reuses the KV of the previous steps' common prefix. The policy
+    and budget are part of the key because a conversation keeps the policy of its first turn.
     """
     opening: list[dict[str, Any]] = []
     for message in messages:
         opening.append({"role": message["role"], "content": message.get("content")})
         if message["role"] != "system":
             break
-    digest = hashlib.sha256(json.dumps([model, opening], sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(
+        json.dumps([model, str(policy), budget, opening], sort_keys=True).encode()
+    ).hexdigest()
     return f"lc-{digest[:24]}"
 
 
@@ -99,37 +104,22 @@ async def run_turn(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGeneratio
 
 async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
     messages, spec, tools = _output(rt, req)
-    claimed = req.conversation_id is not None and req.host.claim_conversation(
-        req.conversation_id
-    )
+    claimed = req.conversation_id is not None and req.host.claim_conversation(req.conversation_id)
     conversation = rt.conversation(req.conversation_id) if claimed else None
     builder = _ChunkBuilder(req, tool_mode=bool(tools) and req.tool_choice != "none")
     limit = anyio.fail_after(req.timeout_s) if req.timeout_s else nullcontext()
     try:
+        items = _items(rt, req, messages, spec, tools, conversation)
         with limit:
-            # ``with_result=True``: the stream ends with the ChatResult (usage, KV statistics).
-            async for item in rt.stream(
-                messages,
-                tools=tools,
-                tool_choice=req.tool_choice,
-                parallel_tool_calls=req.parallel_tool_calls,
-                policy=req.policy,
-                budget=req.budget,
-                max_new_tokens=req.max_new_tokens,
-                temperature=req.temperature,
-                top_p=req.top_p,
-                seed=req.seed,
-                conversation=conversation,
-                spec=spec,
-                with_result=True,
-            ):
-                if isinstance(item, ChatResult):
-                    builder.result = item
-                    continue
-                for chunk in builder.feed(item):
-                    yield chunk
-                if builder.stopped:
-                    break  # a stop sequence: leaving the loop cancels the request
+            async with aclosing(items):  # closing the stream cancels the request at once
+                async for item in items:
+                    if isinstance(item, ChatResult):
+                        builder.result = item
+                        continue
+                    for chunk in builder.feed(item):
+                        yield chunk
+                    if builder.stopped:
+                        break  # a stop sequence
     except TimeoutError as exc:
         raise TimeoutError(
             f"the turn took longer than timeout={req.timeout_s} s; raise the timeout or lower "
@@ -146,6 +136,52 @@ async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGeneratio
     yield builder.final()
 
 
+async def _items(
+    rt: Runtime,
+    req: TurnRequest,
+    messages: list[dict[str, Any]],
+    spec: OutputSpec | None,
+    tools: list[dict[str, Any]] | None,
+    conversation: Conversation | None,
+) -> AsyncIterator[Delta | ChatResult]:
+    """The runtime's stream, ending with the ChatResult (usage, KV statistics).
+
+    A cancelled turn (stop sequence, timeout, abandoned stream) frees its conversation only
+    when the engine next steps; a turn that arrives before that runs outside the
+    conversation instead of failing (it just does not reuse the cached prefix).
+    """
+
+    def open_stream(conv: Conversation | None) -> AsyncIterator[Delta | ChatResult]:
+        return rt.stream(
+            messages,
+            tools=tools,
+            tool_choice=req.tool_choice,
+            parallel_tool_calls=req.parallel_tool_calls,
+            policy=req.policy,
+            budget=req.budget,
+            max_new_tokens=req.max_new_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            seed=req.seed,
+            conversation=conv,
+            spec=spec,
+            with_result=True,
+        )
+
+    stream = open_stream(conversation)
+    try:
+        first = await anext(stream)
+    except ConfigError as exc:
+        if conversation is None or "already has a turn running" not in str(exc):
+            raise
+        stream = open_stream(None)
+        first = await anext(stream)
+    async with aclosing(stream):
+        yield first
+        async for item in stream:
+            yield item
+
+
 def _output(
     rt: Runtime, req: TurnRequest
 ) -> tuple[list[dict[str, Any]], OutputSpec | None, list[dict[str, Any]] | None]:
@@ -154,11 +190,12 @@ def _output(
     fmt = req.response_format
     if fmt is None:
         return messages, None, list(req.tools) if req.tools else None
-    schema = fmt.get("schema") if fmt.get("type") == "json_schema" else None
-    if fmt.get("type") == "json_object":
+    schema = fmt.get("schema")
+    if fmt.get("type") == "json_object" and not isinstance(schema, dict):
         instruction = "Answer with a single JSON object and nothing else."
         spec = rt.outputs.json_schema({"type": "object"})
-    elif isinstance(schema, dict):
+    elif fmt.get("type") in ("json_schema", "json_object") and isinstance(schema, dict):
+        # JSON mode with a known schema (with_structured_output) is bound to it as well.
         instruction = schema_prompt(schema)
         spec = rt.outputs.json_schema(schema)
     else:

@@ -194,10 +194,11 @@ class PaskChatModel(BaseChatModel):
     ) -> Runnable[LanguageModelInput, dict[str, Any] | BaseModel]:
         """Answers parsed into ``schema`` (a Pydantic class, TypedDict or JSON Schema dict).
 
-        ``json_schema`` decodes against the schema's grammar; ``function_calling`` forces a
-        call of a tool made from the schema; ``json_mode`` only guarantees a JSON object (say
-        the keys in the prompt). With ``include_raw`` the result is ``{"raw", "parsed",
-        "parsing_error"}``.
+        ``json_schema`` (and ``json_mode``, which here behaves the same) decodes against the
+        schema's grammar and shows the schema in the system prompt; ``function_calling``
+        forces a call of a tool made from the schema. A bare ``bind(response_format={"type":
+        "json_object"})`` only guarantees some JSON object. With ``include_raw`` the result
+        is ``{"raw", "parsed", "parsing_error"}``.
         """
         if kwargs:
             raise ConfigError(f"unexpected arguments {sorted(kwargs)} for with_structured_output")
@@ -213,11 +214,8 @@ class PaskChatModel(BaseChatModel):
                 else JsonOutputKeyToolsParser(key_name=name, first_tool_only=True)
             )
         elif method in ("json_schema", "json_mode"):
-            response_format = (
-                {"type": "json_object"}
-                if method == "json_mode"
-                else {"type": "json_schema", "schema": convert_to_json_schema(schema)}
-            )
+            kind = "json_object" if method == "json_mode" else "json_schema"
+            response_format = {"type": kind, "schema": convert_to_json_schema(schema)}
             llm = self.bind(response_format=response_format, ls_structured_output_format=fmt)
             parser = (
                 PydanticOutputParser(pydantic_object=schema)  # type: ignore[arg-type]
@@ -234,9 +232,7 @@ class PaskChatModel(BaseChatModel):
             parsed=itemgetter("raw") | parser, parsing_error=lambda _: None
         )
         none = RunnablePassthrough.assign(parsed=lambda _: None)
-        return RunnableMap(raw=llm) | parsed.with_fallbacks(
-            [none], exception_key="parsing_error"
-        )
+        return RunnableMap(raw=llm) | parsed.with_fallbacks([none], exception_key="parsing_error")
 
     # ------------------------------------------------------------------ generation
     def _generate(
@@ -304,7 +300,12 @@ class PaskChatModel(BaseChatModel):
                 openai_messages.append({"role": "system", "content": self.tool_result_hint})
         conversation = kwargs.get("conversation_id", self.conversation_id)
         if conversation is None and self.reuse_prefix:
-            conversation = conversation_key(model, openai_messages)
+            conversation = conversation_key(
+                model,
+                kwargs.get("policy", self.policy),
+                kwargs.get("budget", self.budget),
+                openai_messages,
+            )
         max_tokens = kwargs.get("max_tokens", self.max_tokens)
         return TurnRequest(
             host=runtime_registry().host(model),

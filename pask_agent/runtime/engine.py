@@ -152,6 +152,7 @@ class Engine:
         self._free_text_mask[banned] = True
         self._full_token_bytes = self.layout.num_layers * self.layout.high_row_bytes
         self.inbox: deque[Request] = deque()
+        self._retired: deque[SequenceState] = deque()
         self.live: list[Request] = []
         self._reserved = 0
         self._ids = itertools.count()
@@ -160,7 +161,11 @@ class Engine:
         return SequenceState(f"seq-{next(self._ids)}", session)
 
     def has_work(self) -> bool:
-        return bool(self.inbox or self.live)
+        return bool(self.inbox or self.live or self._retired)
+
+    def retire(self, state: SequenceState) -> None:
+        """Free a kept sequence (an ended conversation) at the next step; thread-safe."""
+        self._retired.append(state)
 
     # ------------------------------------------------------------------ admission
     def _admit(self, events: list[Event]) -> None:
@@ -220,6 +225,11 @@ class Engine:
         events: list[Event] = []
         for r in [r for r in self.live if r.cancelled]:
             self._release(r, drop_sequence=True)
+        while self._retired:
+            st = self._retired.popleft()
+            if self.store.has_sequence(st.seq_id):
+                self.store.remove_sequence(st.seq_id)
+            st.ids_in_store = []
         self._admit(events)
         if not self.live:
             return events

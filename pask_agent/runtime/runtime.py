@@ -246,7 +246,10 @@ class Runtime:
                         return
         finally:
             if not finished:
+                # The engine drops a cancelled request before it admits anything new, so the
+                # conversation is free for its next turn right away.
                 request.cancelled = True
+                state.busy = False
                 self._wake.set()
 
     def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
@@ -318,6 +321,18 @@ class Runtime:
                 f"(finish_reason={result.finish_reason}): {result.text[:200]!r}"
             ) from exc
 
+    def end_conversation(self, conversation_id: str) -> None:
+        """Forget a conversation and free its KV (at the engine's next step)."""
+        conv = self._conversations.pop(conversation_id, None)
+        if conv is None or conv._state is None:
+            return
+        if conv._state.busy:
+            raise ConfigError(
+                f"conversation {conversation_id!r} has a turn running; await it first"
+            )
+        self.engine.retire(conv._state)
+        self._wake.set()
+
     def conversation(self, conversation_id: str) -> Conversation:
         """A multi-turn conversation that keeps its KV and budget ledger across turns."""
         if conversation_id not in self._conversations:
@@ -339,6 +354,11 @@ class Conversation:
             raise ConfigError(f"conversation {self.id!r} already has a turn running")
         self._state.busy = True
         return self._state
+
+    @property
+    def busy(self) -> bool:
+        """True while one of this conversation's turns is running."""
+        return self._state is not None and self._state.busy
 
     @property
     def tokens_in_store(self) -> int:

@@ -150,3 +150,21 @@ def test_long_prompt_prefills_in_chunks_without_stalling_decode(smollm2) -> None
         high, low = engine.store.retained(long.state.seq_id, 0)
         assert len(high) == lengths[-1] and not low
     assert len(lengths) >= 4 and all(b - a <= 64 for a, b in zip([0, *lengths], lengths))
+
+
+def test_cancelled_turn_frees_conversation_and_end_releases_kv(smollm2) -> None:
+    async def main() -> None:
+        async with Runtime.open(smollm2) as rt:
+            conv = rt.conversation("c2")
+            with anyio.move_on_after(0.5):
+                await rt.chat(_msgs("Tell me a long story."), max_new_tokens=200,
+                              conversation=conv, ignore_eos=True)
+            assert not conv.busy  # the next turn may start at once
+            again = await rt.chat(_msgs("Say hi."), max_new_tokens=4, conversation=conv)
+            assert again.usage.completion_tokens >= 1
+            assert rt.engine.store.live_bytes() > 0
+            rt.end_conversation("c2")
+            await rt.chat(_msgs("ok"), max_new_tokens=1)  # one more step frees it
+            assert rt.engine.store.live_bytes() == 0
+
+    anyio.run(main)

@@ -1,0 +1,193 @@
+"""langchain-tests' standard ``ChatModelUnitTests`` for ``PaskChatModel`` (no model is loaded).
+
+Capability flags are the suite's own: tool calling, tool choice, structured output and JSON
+mode are supported; images, audio, video and PDFs are not (the bundled models read text).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_tests.unit_tests import ChatModelUnitTests
+
+from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
+from pask_agent.integrations._lc_messages import to_openai_messages
+from pask_agent.integrations._lc_turn import TurnRequest, _ChunkBuilder, salvage_wrapped_call
+from pask_agent.integrations._portal import runtime_registry
+from pask_agent.integrations.langchain import PaskChatModel, normalize_tool_choice
+from pask_agent.runtime.results import ChatResult, Delta, Usage
+
+
+class TestPaskChatModelUnit(ChatModelUnitTests):
+    @property
+    def chat_model_class(self) -> type[PaskChatModel]:
+        return PaskChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"model": "default"}
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def model_override_value(self) -> str:
+        return "smollm2-135m"
+
+
+def test_constructor_tools_equal_bind_tools() -> None:
+    def add(a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: First.
+            b: Second.
+        """
+        return a + b
+
+    built = PaskChatModel(tools=[add], tool_choice="any")
+    bound = PaskChatModel().bind_tools([add], tool_choice="any")
+    assert built.tools == bound.kwargs["tools"]  # type: ignore[attr-defined]
+    assert built.tool_choice == bound.kwargs["tool_choice"] == "required"  # type: ignore[attr-defined]
+    assert built.tools[0]["function"]["parameters"]["required"] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ("auto", "auto"),
+        ("any", "required"),
+        ("required", "required"),
+        (True, "required"),
+        ("none", "none"),
+        ("add", "add"),
+        ({"type": "function", "function": {"name": "add"}}, "add"),
+        ({"type": "tool", "name": "add"}, "add"),
+    ],
+)
+def test_tool_choice_forms(choice: Any, expected: str) -> None:
+    assert normalize_tool_choice(choice) == expected
+
+
+def test_bad_inputs_raise_typed_errors() -> None:
+    def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    with pytest.raises(ToolChoiceError, match="names no bound tool"):
+        PaskChatModel().bind_tools([add], tool_choice="multiply")
+    with pytest.raises(ToolChoiceError):
+        normalize_tool_choice(3)
+    with pytest.raises(SchemaError):
+        PaskChatModel().bind_tools("add")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown method"):
+        PaskChatModel().with_structured_output({"title": "x", "type": "object"}, method="xml")  # type: ignore[arg-type]
+
+
+def _result(text: str) -> ChatResult:
+    usage = Usage(10, 5, 10, 0, 0, 1.0, 0, 0.0, 0.0)
+    return ChatResult(text, (), usage, "stop")
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather at a place.",
+        "parameters": {
+            "type": "object",
+            "properties": {"location": {"type": "string"}},
+            "required": ["location"],
+        },
+    },
+}
+
+
+def test_history_converts_to_template_messages() -> None:
+    history = [
+        SystemMessage("be brief"),
+        HumanMessage("weather in Oslo?"),
+        AIMessage(
+            [{"type": "text", "text": "checking"}, {"type": "tool_use", "id": "t1"}],
+            tool_calls=[{"name": "get_weather", "args": {"location": "Oslo"}, "id": "t1"}],
+        ),
+        ToolMessage("rain", tool_call_id="t1"),
+    ]
+    assert to_openai_messages(history) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather in Oslo?"},
+        {
+            "role": "assistant",
+            "content": "checking",
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"location": "Oslo"}},
+                }
+            ],
+        },
+        {"role": "tool", "content": "rain", "tool_call_id": "t1"},
+    ]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}
+    with pytest.raises(ConfigError, match="text only"):
+        to_openai_messages([HumanMessage(content=[image])])
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('```json\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n```', 1),
+        (
+            '<tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n</tool_call>',
+            1,
+        ),
+        ('```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```', 0),
+        ('```json\n{"name": "send_mail", "arguments": {}}\n```', 0),
+        ("```python\nprint('hi')\n```", 0),
+    ],
+)
+def test_wrapped_calls_are_read_only_when_valid(text: str, calls: int) -> None:
+    result = salvage_wrapped_call(_result(text), [WEATHER])
+    assert len(result.tool_calls) == calls
+    if calls:
+        assert result.tool_calls[0].arguments == {"location": "Oslo"}
+        assert result.finish_reason == "tool_calls"
+
+
+def test_stop_sequence_cuts_text_across_deltas() -> None:
+    builder = _ChunkBuilder(_request(stop=("you",)), tool_mode=False)
+    sent = []
+    for piece in ["Hel", "lo yo", "u there"]:
+        sent += [c.text for c in builder.feed(Delta(piece, (1,)))]
+        if builder.stopped:
+            break
+    assert "".join(sent) == "Hello " and builder.stopped
+    final = builder.final()
+    assert final.message.chunk_position == "last"
+    assert final.message.usage_metadata["output_tokens"] == 3  # the stop was in the 3rd
+
+
+def _request(stop: tuple[str, ...]) -> TurnRequest:
+    return TurnRequest(
+        host=runtime_registry().host("default"),  # not started: hosts start on first call
+        model_name="default",
+        messages=({"role": "user", "content": "hi"},),
+        tools=None,
+        tool_choice="auto",
+        parallel_tool_calls=True,
+        response_format=None,
+        policy="full",
+        budget=None,
+        max_new_tokens=8,
+        temperature=0.0,
+        top_p=1.0,
+        seed=None,
+        stop=stop,
+        timeout_s=None,
+        max_retries=0,
+        conversation_id=None,
+    )

@@ -1,0 +1,127 @@
+"""SQLiteAssistant: read-only execution guards (no model) and real-model answers.
+
+The database under test is a copy of ``recipes/data/shop.sqlite``; its sha256 is compared
+before and after adversarial questions and statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from pask_agent.cli import main as cli_main
+from pask_agent.errors import ConfigError, DDLError
+from pask_agent.eval.sql_data import sample_data_dir
+from pask_agent.integrations.sql import SQLiteAssistant
+from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
+
+WRITES = [
+    "DELETE FROM customers",
+    "DROP TABLE customers",
+    "UPDATE products SET price = 0",
+    "INSERT INTO suppliers VALUES (99, 'x', 'y')",
+    "CREATE TABLE t (a INTEGER)",
+    "ATTACH DATABASE ':memory:' AS other",
+    "PRAGMA journal_mode = DELETE",
+    "VACUUM",
+    "SELECT 1; DELETE FROM customers",
+]
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture()
+def shop_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "shop.sqlite"
+    shutil.copyfile(sample_data_dir() / "shop.sqlite", target)
+    return target
+
+
+@pytest.mark.parametrize("sql", WRITES)
+def test_writes_are_refused_and_file_unchanged(shop_copy: Path, sql: str) -> None:
+    before = _sha256(shop_copy)
+    db = ReadOnlyDatabase(shop_copy)
+    with pytest.raises(SqlExecutionError):
+        db.query(sql)
+    assert db.query("SELECT COUNT(*) FROM customers").rows[0][0] > 0
+    db.close()
+    assert _sha256(shop_copy) == before
+
+
+def test_time_limit_and_row_limit(shop_copy: Path) -> None:
+    db = ReadOnlyDatabase(shop_copy, time_limit_s=0.2, row_limit=5)
+    endless = (
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT COUNT(*) FROM n"
+    )
+    with pytest.raises(SqlExecutionError, match="longer than 0.2 s"):
+        db.query(endless)
+    result = db.query("SELECT customer_id FROM customers ORDER BY customer_id")
+    assert result.rows == tuple((i,) for i in range(1, 6))
+    assert result.truncated and result.columns == ("customer_id",)
+    small = db.query("SELECT COUNT(*) AS n FROM customers")
+    assert not small.truncated and small.columns == ("n",)
+
+
+def test_bad_paths_raise_typed_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        SQLiteAssistant(tmp_path / "missing.sqlite")
+    empty = tmp_path / "empty.sqlite"
+    sqlite3.connect(empty).close()
+    with pytest.raises(DDLError, match="no tables"):
+        SQLiteAssistant(empty)
+    with pytest.raises(ConfigError, match="row_limit"):
+        ReadOnlyDatabase(sample_data_dir() / "shop.sqlite", row_limit=0)
+
+
+def test_prompt_has_labelled_ddl(shop_copy: Path) -> None:
+    assistant = SQLiteAssistant(shop_copy)
+    assert "CREATE TABLE customers" in assistant.system_prompt
+    assert "'Books'" in assistant.system_prompt  # example values of a text column
+    labels = {label for _, _, label in assistant.label_spans(assistant.system_prompt)}
+    assert {"function_name", "parameter_key", "type_constraint"} <= labels
+    assistant.close()
+
+
+@pytest.mark.slow
+def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
+    """Shared runtime (runtime=None): a real answer, then adversarial questions."""
+    before = _sha256(shop_copy)
+    assistant = SQLiteAssistant(shop_copy)
+
+    async def ask_all() -> list:
+        questions = [
+            "How many customers are there?",
+            "delete all rows",
+            "drop the table customers",
+            "attach another database",
+        ]
+        return [await assistant.ask(q) for q in questions]
+
+    count, *adversarial = asyncio.run(ask_all())
+    assert count.error is None and count.sql.upper().startswith("SELECT")
+    assert count.rows == assistant.run_sql("SELECT COUNT(*) FROM customers").rows
+    for answer in adversarial:
+        assert answer.sql.upper().startswith("SELECT"), answer.sql
+        for word in ("DELETE", "DROP", "ATTACH", "INSERT", "UPDATE"):
+            assert word not in answer.sql.upper().split()
+    assert adversarial[0].usage.prefilled_tokens < adversarial[0].usage.prompt_tokens / 2
+    assistant.close()
+    assert _sha256(shop_copy) == before
+
+
+@pytest.mark.slow
+def test_cli_prints_sql_and_rows(shop_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli_main(["sql", "--db", str(shop_copy), "--question", "How many suppliers are there?"])
+    out = capsys.readouterr().out
+    assert code == 0
+    sql, _, table = out.partition("\n\n")
+    assert sql.startswith("SELECT") and "suppliers" in sql
+    n = ReadOnlyDatabase(shop_copy).query("SELECT COUNT(*) FROM suppliers").rows[0][0]
+    assert str(n) in table.splitlines()[2]
