@@ -240,8 +240,8 @@ def output_node(
     tools: Sequence[ToolSpec], *, parallel: bool, calls: bool, text: bool, layout: JsonLayout
 ) -> Node:
     """The whole assistant output, as ``tool_grammar.tool_call_ebnf`` builds it: a call
-    ``{"name": <tool>, "arguments": <that tool's schema>}`` (when ``parallel``, also an array of
-    one or more of them) if ``calls``, free text if ``text``."""
+    ``{"name": <tool>, "arguments": <that tool's schema>}`` (when ``parallel``, an array of one
+    or more of them, or under auto also one bare call) if ``calls``, free text if ``text``."""
     if not calls:
         return TextNode()
     any_node = AnyNode(layout)
@@ -255,7 +255,10 @@ def output_node(
             Prop("arguments", '"arguments"', args, True, Kind.FIXED_KEY, Role.SCAFFOLD),
         )
     )
-    options: tuple[Node, ...] = (ArrayNode((), call, 1, None), call) if parallel else (call,)
+    # parallel: an array of calls; under auto (text allowed) also one bare call, mirroring
+    # tool_grammar.tool_call_ebnf
+    array = ArrayNode((), call, 1, None)
+    options: tuple[Node, ...] = ((array, call) if text else (array,)) if parallel else (call,)
     if text:
         options = (*options, TextNode())
     return options[0] if len(options) == 1 else UnionNode(options)

@@ -100,10 +100,12 @@ def tool_call_ebnf(
         head = ebnf_literal('{"name": ' + json_literal(spec.name) + ', "arguments": ')
         calls.append(builder.named(f"call_{i}", f'{head} {args} "}}"'))
     call = builder.named("call", " | ".join(calls))
-    # parallel: an array of calls, or a single bare call (small models often skip the array)
-    output = (
-        builder.named("calls", f'"[" {call} (", " {call})* "]" | {call}') if parallel else call
-    )
+    # parallel: an array of calls. Under auto a single bare call is accepted too: a small model
+    # opens a lone call with `{`, and forbidding that pushes it into prose instead of a call.
+    array = f'"[" {call} (", " {call})* "]"'
+    output = call
+    if parallel:
+        output = builder.named("calls", f"{array} | {call}" if choice == "auto" else array)
     if choice == "auto":
         builder.named("root", f"{output} | {builder.named('free_text', free_text)}")
     else:
