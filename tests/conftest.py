@@ -8,6 +8,10 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Triton reads TRITON_INTERPRET when it is first imported, and other test modules import it
+# (through transformers) before tests/kernels is collected: set it here, before anything.
+if os.environ.get("PASK_KERNEL_DEVICE", "cpu") != "cuda":
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(scope="session")

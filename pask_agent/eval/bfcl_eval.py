@@ -263,6 +263,7 @@ async def evaluate(
     model: str = "default",
     max_new_tokens: int = 200,
     log: Any = print,
+    categories: Sequence[str] = NON_LIVE_CATEGORIES,
 ) -> list[ConfigSummary]:
     """Run every configuration and rewrite the result files after each one."""
     from pask_agent.policy.registry import get_policy
@@ -272,7 +273,7 @@ async def evaluate(
     for p in policies:
         get_policy(p)  # unknown names and budgets fail before the model loads
     plan = configurations(policies, budgets)
-    cases = load_split(split, per_category)
+    cases = load_split(split, per_category, categories)
     note = (
         f"{len(cases)} BFCL v4 non-live cases ({per_category} per category, split {split!r}: "
         f"case index % {DEV_STRIDE} {'==' if split == 'dev' else '!='} 0 in each category), "

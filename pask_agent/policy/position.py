@@ -1,10 +1,9 @@
 """``position``: the paper's no-parser ablation (App. C.5) — position bins instead of tags.
 
 The decode controller, ledger, reserve, floors, prefill planner and budget guard are PASK's,
-unchanged; only
-the decode lookup key differs. Each generated token falls in one of ``bins`` request-local
-position bins, ``bin = min(bins − 1, ⌊bins · t / expected_tokens⌋)`` for the ``t``-th generated
-token (the last bin absorbs the tail), and the bin is the bucket key. The parser still enforces
+unchanged; only the decode lookup key differs. The ``t``-th generated token falls in one of
+``bins`` request-local position bins, ``bin = min(bins − 1, ⌊bins · t / expected_tokens⌋)``
+(the last bin absorbs the tail), and the bin is the bucket key. The parser still enforces
 legality but no longer informs KV actions. The per-bin base actions and floors are hand-set
 (the paper recalibrates them per variant; calibration is a separate issue): the first bins,
 where a call names its function, start ``H`` with an ``L`` floor, the middle ones keep ``L``,
@@ -20,12 +19,8 @@ from typing import Any
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
-from pask_agent.policy.controller import (
-    DEFAULT_KEY,
-    DecodeController,
-    DecodeLookup,
-    _compile_bucket,
-)
+from pask_agent.policy.controller import DEFAULT_KEY, DecodeController, DecodeLookup
+from pask_agent.policy.controller import _compile_bucket as compile_bucket
 from pask_agent.policy.pask import LabelRules, PaskPolicy, PaskSession
 from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.policy.registry import register_policy
@@ -50,18 +45,10 @@ def position_lookup(table: PolicyTable, bins: int) -> DecodeLookup:
     for k in range(bins):
         base, floor = bin_rule(k, bins)
         decay = 1.0 - 0.5 * k / bins  # earlier bins win promotions, lose demotions last
-        entries = [
-            DecodeEntry.model_validate(
-                {
-                    "base": base,
-                    "floor": floor,
-                    "upgrade": {"R->L": w * decay, "L->H": 0.5 * w * decay},
-                }
-            )
-            for w in _GROUP_WEIGHT
-        ]
-        by_key[f"bin{k}"] = _compile_bucket(f"bin{k}", entries, tie_rank)
-    default = _compile_bucket(DEFAULT_KEY, table.decode_default, tie_rank)
+        up = [{"R->L": w * decay, "L->H": 0.5 * w * decay} for w in _GROUP_WEIGHT]
+        entries = [DecodeEntry(base=base, floor=floor, upgrade=u) for u in up]  # type: ignore[arg-type]
+        by_key[f"bin{k}"] = compile_bucket(f"bin{k}", entries, tie_rank)
+    default = compile_bucket(DEFAULT_KEY, table.decode_default, tie_rank)
     return DecodeLookup(MappingProxyType({}), MappingProxyType(by_key), default)
 
 

@@ -1,0 +1,114 @@
+"""The BFCL harness: deterministic splits, summaries, and a real-model smoke run.
+
+The smoke run serves 4 dev cases (one per non-live category) with the bundled default model
+under ``full`` and ``pask`` at ``B = 0.33``: PASK's single-call outputs must be valid calls, its
+measured total ``B`` must be within ±0.03 of the target, and the written files must agree with
+the official checker re-run on the stored calls.
+
+Known gap (why issue 5 is still open): with the hand-written default table, PASK at B = 0.33
+can repeat calls inside a parallel array until the token limit; the strict xfail below keeps
+that visible and turns red once it is fixed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pask_agent.errors import ConfigError
+from pask_agent.eval.bfcl_eval import (
+    CaseResult,
+    configurations,
+    evaluate,
+    load_split,
+    split_cases,
+    summarize,
+)
+from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
+
+
+def test_dev_and_test_splits_are_disjoint_and_deterministic() -> None:
+    cases = load_bfcl("parallel", limit=23)
+    dev, test = split_cases(cases, "dev"), split_cases(cases, "test")
+    assert [c.id for c in dev] == [cases[i].id for i in (0, 5, 10, 15, 20)]
+    assert len(dev) + len(test) == 23 and not {c.id for c in dev} & {c.id for c in test}
+    picked = load_split("dev", 3)
+    assert [c.category for c in picked] == [c for c in NON_LIVE_CATEGORIES for _ in range(3)]
+    assert [c.id for c in picked[:3]] == ["simple_python_0", "simple_python_5", "simple_python_10"]
+    with pytest.raises(ConfigError, match="split"):
+        split_cases(cases, "train")
+
+
+def test_configurations_and_summary_arithmetic() -> None:
+    assert configurations(["full", "pask"], [0.33, 0.5]) == [
+        ("full", 1.0), ("pask", 0.33), ("pask", 0.5),
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match="budget"):
+        configurations(["pask"], [1.5])
+
+    def row(cat: str, ok: bool, live: int, full: int) -> CaseResult:
+        return CaseResult(
+            "x", cat, "h2o", 0.33, ok, True, (), "", "tool_calls", 10, 5, live, full, live / full
+        )
+
+    s = summarize([row("parallel", True, 30, 100), row("parallel", False, 10, 300),
+                   row("multiple", True, 40, 100)])  # fmt: skip
+    assert s.accuracy == {"parallel": 0.5, "multiple": 1.0}
+    assert s.overall == pytest.approx(2 / 3)
+    assert s.measured_b == pytest.approx(80 / 500)  # Σ live / Σ full
+    assert s.mean_b == pytest.approx((0.3 + 10 / 300 + 0.4) / 3)
+    with pytest.raises(ConfigError, match="mix"):
+        summarize([row("parallel", True, 1, 2), CaseResult(*(["y", "multiple", "pask"] + [
+            0.33, True, True, (), "", "", 1, 1, 1, 2, 0.5]))])  # fmt: skip
+
+
+@pytest.mark.slow
+def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
+    out = tmp_path / "bfcl_smoke"
+    summaries = anyio.run(
+        lambda: evaluate(
+            ["full", "pask"],
+            [0.33],
+            per_category=1,
+            split="dev",
+            out=out,
+            max_new_tokens=160,
+            log=lambda _: None,
+        )
+    )
+    full, pask = summaries
+    assert (full.policy, full.budget, pask.policy, pask.budget) == ("full", 1.0, "pask", 0.33)
+    assert full.measured_b == 1.0 and full.cases == pask.cases == 4
+    assert abs(pask.measured_b - 0.33) <= 0.03 and abs(pask.mean_b - 0.33) <= 0.03
+    rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
+    assert len(rows) == 8
+    single = [r for r in rows if r["category"] in ("simple_python", "multiple")]
+    assert len(single) == 4 and all(r["valid_call"] for r in single)
+    assert all(r["valid_call"] for r in rows if r["policy"] == "full")
+    cases = {c.id: c for c in load_split("dev", 1)}
+    for r in rows:
+        assert r["correct"] == ast_check(cases[r["id"]], r["calls"])
+    table = out.with_suffix(".md").read_text()
+    assert "| full | 1.00 |" in table and "| pask | 0.33 |" in table
+    assert json.loads(out.with_suffix(".json").read_text())["summaries"][1]["policy"] == "pask"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="known gap: PASK at B=0.33 repeats calls in parallel arrays")
+def test_pask_parallel_arrays_stay_valid(tmp_path: Path) -> None:
+    summaries = anyio.run(
+        lambda: evaluate(
+            ["pask"],
+            [0.33],
+            per_category=1,
+            split="dev",
+            out=tmp_path / "parallel",
+            max_new_tokens=160,
+            log=lambda _: None,
+            categories=("parallel",),
+        )
+    )
+    assert summaries[0].valid_rate == 1.0

@@ -1,0 +1,52 @@
+"""Every registered policy with its configurations, easiest first (STYLE rule 13).
+
+``tests/policy/test_baselines.py`` runs each entry through the runtime and checks the shared
+invariants; a policy registered in ``pask_agent.policy`` but missing here fails that suite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pask_agent.policy import (
+    FullPolicy,
+    H2OPolicy,
+    MiKVPolicy,
+    PaskPolicy,
+    PositionPolicy,
+    SnapKVPolicy,
+    StreamingPolicy,
+)
+
+
+@dataclass(frozen=True)
+class PolicyCase:
+    """A policy class and the keyword sets to build it with (easy → hard)."""
+
+    cls: Any
+    kwargs: list[dict[str, Any]] = field(default_factory=lambda: [{}])
+    budgeted: bool = True  # takes a target total B (everything but ``full``)
+    has_floors: bool = False  # PASK-style protection floors that must always hold
+
+
+ALL_POLICIES: list[PolicyCase] = [
+    PolicyCase(FullPolicy, budgeted=False),
+    PolicyCase(StreamingPolicy),
+    PolicyCase(H2OPolicy, [{}, {"recent_tokens": 0}]),
+    PolicyCase(SnapKVPolicy, [{}, {"observation_tokens": 8, "kernel": 3, "pooling": "avg"}]),
+    PolicyCase(MiKVPolicy, [{}, {"high_ratio": 0.2}]),
+    PolicyCase(PaskPolicy, has_floors=True),
+    PolicyCase(PositionPolicy, [{}, {"bins": 4, "expected_tokens": 8}], has_floors=True),
+]
+
+
+def policy_params() -> list[Any]:
+    """``pytest.param(case, kwargs)`` for every configuration, with readable ids."""
+    import pytest
+
+    out = []
+    for case in ALL_POLICIES:
+        for i, kwargs in enumerate(case.kwargs):
+            out.append(pytest.param(case, kwargs, id=f"{case.cls.name}-{i}"))
+    return out
