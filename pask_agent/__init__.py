@@ -1,3 +1,3 @@
-"""pask-agent: tool-calling and text-to-SQL agents on a small local model with PASK KV persistence."""
+"""pask-agent: tool-calling and text-to-SQL agents on a small local model, PASK KV persistence."""
 
 __version__ = "0.1.0"

@@ -39,15 +39,43 @@ def test_call_with_tools_and_schema(default_model, tmp_path, capsys) -> None:
     tools.write_text(json.dumps(TOOLS))
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMA))
-    assert main(["call", "--tools", str(tools), "--prompt", "What is Apple's stock price in euros?",
-                 "--tool-choice", "required", "--max-new-tokens", "48", "--json"]) == 0
+    assert (
+        main(
+            [
+                "call",
+                "--tools",
+                str(tools),
+                "--prompt",
+                "What is Apple's stock price in euros?",
+                "--tool-choice",
+                "required",
+                "--max-new-tokens",
+                "48",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     call = out["message"]["tool_calls"][0]["function"]
     assert call["name"] == "get_stock_price"
     jsonschema.validate(json.loads(call["arguments"]), TOOLS[0]["function"]["parameters"])
     assert out["usage"]["measured_b"] == 1.0 and out["usage"]["prompt_tokens"] > 50
-    assert main(["call", "--schema", str(schema), "--prompt", "Tokyo has about 14 million people.",
-                 "--max-new-tokens", "32", "--json"]) == 0
+    assert (
+        main(
+            [
+                "call",
+                "--schema",
+                str(schema),
+                "--prompt",
+                "Tokyo has about 14 million people.",
+                "--max-new-tokens",
+                "32",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     jsonschema.validate(out["value"], SCHEMA)
     assert out["value"]["city"] == "Tokyo"

@@ -41,5 +41,7 @@ def test_measured_b_int4_and_release_on_512_token_prompt(default_model, capsys) 
     assert full["peak_bytes"] == full["full_bytes"]
     assert rel["peak_bytes"] == full["full_bytes"] * (n - 3) // n
     assert rel["measured_b"] < 0.05 < low["measured_b"] < 0.35
-    print(f"\nN={n}: full B=1.0, int4-after-16 B={low['measured_b']:.4f} "
-          f"(analytic {analytic:.4f}), release-after-16 B={rel['measured_b']:.4f}")
+    print(
+        f"\nN={n}: full B=1.0, int4-after-16 B={low['measured_b']:.4f} "
+        f"(analytic {analytic:.4f}), release-after-16 B={rel['measured_b']:.4f}"
+    )

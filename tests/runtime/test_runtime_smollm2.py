@@ -87,8 +87,11 @@ def test_conversation_second_turn_prefills_only_new_tokens(smollm2) -> None:
             first = await rt.chat(messages, max_new_tokens=12, conversation=conv)
             assert first.usage.prefilled_tokens == first.usage.prompt_tokens
             in_store = conv.tokens_in_store
-            messages = [*messages, first.message | {"content": first.text},
-                        {"role": "user", "content": "And a vegetable?"}]
+            messages = [
+                *messages,
+                first.message | {"content": first.text},
+                {"role": "user", "content": "And a vegetable?"},
+            ]
             second = await rt.chat(messages, max_new_tokens=12, conversation=conv)
             reused = second.usage.prompt_tokens - second.usage.prefilled_tokens
             # everything the first turn left in the store is reused, up to where the rendered
@@ -149,7 +152,9 @@ def test_long_prompt_prefills_in_chunks_without_stalling_decode(smollm2) -> None
         # nothing of the long prompt settles (leaves the window) before it is fully prefilled
         high, low = engine.store.retained(long.state.seq_id, 0)
         assert len(high) == lengths[-1] and not low
-    assert len(lengths) >= 4 and all(b - a <= 64 for a, b in zip([0, *lengths], lengths))
+    assert len(lengths) >= 4 and all(
+        b - a <= 64 for a, b in zip([0, *lengths], lengths, strict=False)
+    )
 
 
 def test_cancelled_turn_frees_conversation_and_end_releases_kv(smollm2) -> None:
@@ -157,8 +162,12 @@ def test_cancelled_turn_frees_conversation_and_end_releases_kv(smollm2) -> None:
         async with Runtime.open(smollm2) as rt:
             conv = rt.conversation("c2")
             with anyio.move_on_after(0.5):
-                await rt.chat(_msgs("Tell me a long story."), max_new_tokens=200,
-                              conversation=conv, ignore_eos=True)
+                await rt.chat(
+                    _msgs("Tell me a long story."),
+                    max_new_tokens=200,
+                    conversation=conv,
+                    ignore_eos=True,
+                )
             assert not conv.busy  # the next turn may start at once
             again = await rt.chat(_msgs("Say hi."), max_new_tokens=4, conversation=conv)
             assert again.usage.completion_tokens >= 1
