@@ -6,6 +6,13 @@ import os
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Property tests draw the same examples on every run, so CI cannot turn red by chance; run
+# with HYPOTHESIS_PROFILE=explore to search afresh.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Triton reads TRITON_INTERPRET when it is first imported, and other test modules import it

@@ -25,6 +25,7 @@ from pask_agent.errors import GrammarRejectedError
 from pask_agent.grammars.bfcl import load_bfcl
 from pask_agent.grammars.fc_tagger import FunctionCallTagger
 from pask_agent.grammars.json_ebnf import json_literal
+from pask_agent.grammars.json_nodes import FREE_TEXT_FORBIDDEN_FIRST
 from pask_agent.grammars.token_text import token_texts
 from pask_agent.grammars.tool_grammar import (
     ToolCallGrammar,
@@ -212,8 +213,9 @@ def output_text(config: str) -> st.SearchStrategy[str]:
     )
     if choice != "auto":
         return output
-    free = st.text(min_size=1, max_size=12).filter(lambda t: t[0] not in "{[")
-    return st.one_of(output, output, free)
+    free = st.text(min_size=1, max_size=12).filter(lambda t: t[0] not in FREE_TEXT_FORBIDDEN_FIRST)
+    # under auto a parallel grammar also takes one bare call
+    return st.one_of(output, output, free, *([call] if parallel else []))
 
 
 # ---- walking both parsers ----------------------------------------------------------------------
