@@ -75,7 +75,8 @@ class SnapKVPolicy(Policy):
     budget:
         Target total ``B`` used when the request names none.
     observation_tokens:
-        Last prompt tokens whose attention scores the prompt (Table 8: 16–128).
+        Last prompt tokens whose attention scores the prompt (Table 8: 16–128). 16 was best on
+        the BFCL dev split at B = 0.33 (30.0 % vs 17.5 % at 32 and 10.0 % at 64).
     kernel:
         Odd pooling width in positions (Table 8: 3, 5, 7).
     pooling:
@@ -83,7 +84,7 @@ class SnapKVPolicy(Policy):
     """
 
     budget: float = 0.33
-    observation_tokens: int = 32  # type: ignore[misc]  # a per-instance knob here
+    observation_tokens: int = 16  # type: ignore[misc]  # a per-instance knob here
     kernel: int = 7
     pooling: str = "max"
     name = "snapkv"
