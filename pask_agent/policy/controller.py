@@ -67,7 +67,7 @@ class Bucket:
     rules: tuple[GroupRule, ...]
 
 
-def _compile_bucket(key: str, entries: list[DecodeEntry], tie_rank: Mapping[str, int]) -> Bucket:
+def compile_bucket(key: str, entries: list[DecodeEntry], tie_rank: Mapping[str, int]) -> Bucket:
     rules = []
     for c, entry in enumerate(entries):
         base, floor = Action.parse(entry.base), Action.parse(entry.floor)
@@ -99,10 +99,10 @@ class DecodeLookup:
     @classmethod
     def from_table(cls, table: PolicyTable) -> DecodeLookup:
         tie_rank = {name: i for i, name in enumerate(table.tie_order)}
-        by_key = {k: _compile_bucket(k, v, tie_rank) for k, v in table.decode.items()}
+        by_key = {k: compile_bucket(k, v, tie_rank) for k, v in table.decode.items()}
         for k, target in table.decode_fallback.items():
             by_key.setdefault(k, by_key[target])
-        default = _compile_bucket(DEFAULT_KEY, table.decode_default, tie_rank)
+        default = compile_bucket(DEFAULT_KEY, table.decode_default, tie_rank)
         lookup = cls(MappingProxyType({}), MappingProxyType(by_key), default)
         by_tag = {}
         for family in table.families:

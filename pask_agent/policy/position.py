@@ -19,8 +19,7 @@ from typing import Any
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
-from pask_agent.policy.controller import DEFAULT_KEY, DecodeController, DecodeLookup
-from pask_agent.policy.controller import _compile_bucket as compile_bucket
+from pask_agent.policy.controller import DEFAULT_KEY, DecodeController, DecodeLookup, compile_bucket
 from pask_agent.policy.pask import LabelRules, PaskPolicy, PaskSession
 from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.policy.registry import register_policy
