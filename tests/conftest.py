@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 from hypothesis import settings
 
 # Property tests draw the same examples on every run, so CI cannot turn red by chance; run
@@ -24,21 +23,9 @@ if os.environ.get("PASK_KERNEL_DEVICE", "cpu") != "cuda":
 @pytest.fixture(scope="session")
 def tiny_model():
     """A 6-layer Qwen2 with random weights (GQA 4:2, head dim 16): fast store/seam tests."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tiny_models import tiny_qwen2
 
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(config).eval()
-    return model
+    return tiny_qwen2(512)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-import torch
 from policies import ALL_POLICIES, PolicyCase, policy_params
 
 from pask_agent.errors import ConfigError
@@ -48,21 +47,10 @@ CONFIG = RuntimeConfig(sinks=4, window=8, prefill_chunk_tokens=192)
 @pytest.fixture(scope="module")
 def tiny() -> LoadedModel:
     """A 6-layer random Qwen2 over the default tokenizer's vocabulary (GQA 4:2, head dim 16)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tiny_models import tiny_qwen2
 
     tokenizer = load_tokenizer("default")
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=151936,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=6,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
-    return LoadedModel("tiny-qwen2", Path("."), Qwen2ForCausalLM(config).eval(), tokenizer)
+    return LoadedModel("tiny-qwen2", Path("."), tiny_qwen2(151936), tokenizer)
 
 
 @pytest.fixture(scope="module")
