@@ -5,10 +5,13 @@ calibration replaces the file with a measured table):
 
 - decode: tokens that choose *what* is called — dispatch keys, required arguments, tokens in a
   critical parser state and tokens right before a critical one (``lookahead_critical``) — get an
-  ``H`` floor in every layer group. Optional arguments and free text keep ``L``; pure scaffold
-  (separators, quotes, braces) is released (``R``), except separators in the lower group, even
-  when it sits inside a required argument (unless critical or lookahead-critical). SQL
-  schema identifiers (relations, projections) start at ``H`` with an ``L`` floor;
+  ``H`` floor in every layer group. SQL schema identifiers (relations, projections) start at
+  ``H``. Every other generated token — optional arguments, free text, pure scaffold
+  (separators, quotes, braces) — is held at ``L`` and never released: on the BFCL dev split
+  (5 parallel cases, B = 0.33), releasing generated scaffold made the model lose count of the
+  calls it had already written and repeat them until the token limit in 3 of 5 cases, while
+  keeping it at ``L`` gave 5 of 5 valid arrays at a measured B of 0.339. The budget guard
+  makes up the difference on the prompt side;
 - prefill: function names, parameter keys and enum constraints have an ``H`` floor, type
   constraints an ``L`` floor; descriptions and scaffold may be released; instructions and the
   request (``protected_content``) keep at least ``L`` and have the highest upgrade priority;
@@ -48,23 +51,24 @@ _RESERVE_POOLED_RUN = 2.0
 _RESERVE_BUDGETS = (0.25, 0.33, 0.5, 0.75, 1.0)
 
 # Per role: (base, floor) per layer group. Roles absent here inherit their class entry.
+_PROTECT = (("H", "H"),) * 3
+_KEEP_LOW = (("L", "L"),) * 3  # generated tokens are never released (see the module doc)
 _ROLE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "dispatch_key": (("H", "H"),) * 3,
-    "required": (("H", "H"),) * 3,
-    "optional": (("L", "R"),) * 3,
-    "scaffold_separator": (("L", "R"), ("R", "R"), ("R", "R")),
+    "dispatch_key": _PROTECT,
+    "required": _PROTECT,
+    "optional": _KEEP_LOW,
+    "scaffold_separator": _KEEP_LOW,
     "relation": (("H", "L"),) * 3,
     "projection": (("H", "L"),) * 3,
-    "predicate": (("L", "L"),) * 3,
-    "outside_schema": (("L", "R"),) * 3,
+    "predicate": _KEEP_LOW,
+    "outside_schema": _KEEP_LOW,
 }
 _CLASS_RULES: dict[str, tuple[tuple[str, str], ...]] = {
-    "schema_bearing": (("L", "L"),) * 3,
-    "free_generation": (("L", "R"),) * 3,
-    "pure_scaffold": (("R", "R"),) * 3,
+    "schema_bearing": _KEEP_LOW,
+    "free_generation": _KEEP_LOW,
+    "pure_scaffold": _KEEP_LOW,
 }
-_PROTECT = (("H", "H"),) * 3
-_DEFAULT_DECODE = (("L", "R"),) * 3
+_DEFAULT_DECODE = _KEEP_LOW
 
 # Prefill: label -> ((base, floor) per group, (R->L, L->H) priority before group weighting).
 _PREFILL_RULES: dict[str, tuple[tuple[tuple[str, str], ...], tuple[float, float]]] = {

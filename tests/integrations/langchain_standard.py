@@ -5,7 +5,8 @@ tens of minutes on a CPU, so ``python -m pask_agent.eval.langchain_suite`` runs 
 ``results/langchain_integration.{json,md}``, and ``test_langchain_model.py`` runs a subset in CI.
 
 Capabilities are declared with the suite's own flags: multimodal inputs (images, image URLs,
-PDFs, audio, video, image/PDF tool messages) are unsupported; everything else is on.
+PDFs, audio, video, image/PDF tool messages) are unsupported; everything else is on, VCR
+tests included.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ class TestPaskChatModelIntegration(ChatModelIntegrationTests):
     @property
     def supports_anthropic_inputs(self) -> bool:
         return True  # text, tool_use and thinking blocks; images are refused separately
+
+    @property
+    def enable_vcr_tests(self) -> bool:
+        # The model runs in-process: there is no HTTP to record, so the cassette stays empty
+        # and ``test_stream_time`` streams on the real model every time.
+        return True
 
     @property
     def model_override_value(self) -> str:
