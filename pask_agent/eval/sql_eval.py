@@ -2,6 +2,7 @@
 
     python -m pask_agent.eval.sql_eval --split test            # the project's sample set
     python -m pask_agent.eval.sql_eval --bird PATH --limit 50  # a user-supplied BIRD dev
+    python -m pask_agent.eval.sql_eval --split test --repairs 1  # refused queries go back once
 
 A question counts as correct when the predicted SQL's rows equal the gold SQL's rows as sets
 (BIRD's rule: order and duplicates ignored). Writes ``results/sql_accuracy.json`` (summary and
@@ -42,6 +43,7 @@ class SqlRecord:
     completion_tokens: int
     measured_b: float
     seconds: float
+    repairs: int = 0  # refused queries sent back to the model before the final one
 
 
 async def evaluate(
@@ -50,11 +52,15 @@ async def evaluate(
     model: str = "default",
     policy: str | None = None,
     budget: float | None = None,
+    repairs: int = 0,
 ) -> list[SqlRecord]:
     """Ask every question (one assistant per database) and score it against the gold rows."""
     records = []
     async with Runtime.open(model) as rt:
-        assistants = {db: SQLiteAssistant(path, runtime=rt) for db, path in questions.databases}
+        assistants = {
+            db: SQLiteAssistant(path, runtime=rt, repairs=repairs)
+            for db, path in questions.databases
+        }
         for q in questions.questions:
             assistant = assistants[q.db]
             start = time.perf_counter()
@@ -80,6 +86,7 @@ async def evaluate(
                     answer.usage.completion_tokens,
                     round(answer.usage.measured_b, 4),
                     round(time.perf_counter() - start, 2),
+                    len(answer.failed),
                 )
             )
             print(f"{q.id}: {'ok ' if correct else 'BAD'} {answer.sql}", flush=True)
@@ -106,6 +113,8 @@ def summarize(records: list[SqlRecord]) -> dict[str, Any]:
         "by_difficulty": {k: acc(v) for k, v in sorted(by_difficulty.items())},
         "by_db": {k: acc(v) for k, v in sorted(by_db.items())},
         "errors": sum(r.error is not None for r in records),
+        "repaired": sum(r.repairs > 0 and r.error is None for r in records),
+        "repaired_correct": sum(r.repairs > 0 and r.correct for r in records),
     }
 
 
@@ -127,7 +136,8 @@ def write_results(
         "# Text-to-SQL execution accuracy (SQLiteAssistant)",
         "",
         f"Settings: {json.dumps(settings)}. Execution accuracy **{o['correct']}/{o['n']}"
-        f" = {o['accuracy']:.1%}**; {summary['errors']} queries failed in SQLite; "
+        f" = {o['accuracy']:.1%}**; {summary['errors']} final queries failed in SQLite; "
+        f"{summary['repaired']} ran after a repair ({summary['repaired_correct']} correct); "
         f"{seconds / 60:.1f} min.",
         "",
         "| group | n | correct | accuracy |",
@@ -136,10 +146,10 @@ def write_results(
     for name, group in [("difficulty", "by_difficulty"), ("db", "by_db")]:
         for key, a in summary[group].items():
             lines.append(f"| {name}={key} | {a['n']} | {a['correct']} | {a['accuracy']:.1%} |")
-    lines += ["", "| id | ok | predicted SQL |", "| --- | --- | --- |"]
+    lines += ["", "| id | ok | repairs | predicted SQL |", "| --- | --- | ---: | --- |"]
     for r in records:
         sql = r.predicted_sql.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {r.id} | {'yes' if r.correct else 'no'} | `{sql}` |")
+        lines.append(f"| {r.id} | {'yes' if r.correct else 'no'} | {r.repairs} | `{sql}` |")
     (out_dir / "sql_accuracy.md").write_text("\n".join(lines) + "\n")
     return path
 
@@ -152,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="default")
     parser.add_argument("--policy", default=None, help="KV policy (default: full)")
     parser.add_argument("--budget", type=float, default=None, help="KV budget B")
+    parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.bird is not None:
@@ -166,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
         "policy": args.policy or "full",
         "budget": args.budget,
         "questions": len(questions.questions),
+        "repairs": args.repairs,
     }
     start = time.perf_counter()
     records = anyio.run(
-        lambda: evaluate(questions, model=args.model, policy=args.policy, budget=args.budget)
+        lambda: evaluate(
+            questions,
+            model=args.model,
+            policy=args.policy,
+            budget=args.budget,
+            repairs=args.repairs,
+        )
     )
     path = write_results(records, settings, args.out, time.perf_counter() - start)
     print(f"wrote {path}: {summarize(records)['overall']}")

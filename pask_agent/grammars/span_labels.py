@@ -93,6 +93,17 @@ def find_tool_spans(text: str, tools: Sequence[ToolSpec]) -> list[tuple[int, int
     return found
 
 
+def spans_of_char_labels(labels: Sequence[str]) -> list[CharSpan]:
+    """One label per character → the sorted partition into maximal same-label spans."""
+    spans: list[CharSpan] = []
+    for i, label in enumerate(labels):
+        if spans and spans[-1][2] == label and spans[-1][1] == i:
+            spans[-1] = (spans[-1][0], i + 1, label)
+        else:
+            spans.append((i, i + 1, label))
+    return spans
+
+
 def label_prompt_spans(text: str, tools: Sequence[ToolSpec]) -> list[CharSpan]:
     """Table-6 labels as a sorted partition of ``text`` into ``(start, end, label)`` spans.
 
@@ -104,13 +115,7 @@ def label_prompt_spans(text: str, tools: Sequence[ToolSpec]) -> list[CharSpan]:
         labels[start:end] = ["schema_scaffold"] * (end - start)
         for s, e, label in _label_tool_json(text, start, end):
             labels[s:e] = [label] * (e - s)
-    spans: list[CharSpan] = []
-    for i, label in enumerate(labels):
-        if spans and spans[-1][2] == label and spans[-1][1] == i:
-            spans[-1] = (spans[-1][0], i + 1, label)
-        else:
-            spans.append((i, i + 1, label))
-    return spans
+    return spans_of_char_labels(labels)
 
 
 def token_label_candidates(

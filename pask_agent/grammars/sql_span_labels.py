@@ -28,7 +28,7 @@ from sqlglot.dialects.sqlite import SQLite
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from pask_agent.grammars.span_labels import CharSpan, labels_for_tokens
+from pask_agent.grammars.span_labels import CharSpan, labels_for_tokens, spans_of_char_labels
 from pask_agent.grammars.sql_schema import CONSTRAINT_WORDS, SqlSchema
 
 _CREATE = re.compile(r"\bCREATE\s+TABLE\b", re.IGNORECASE)
@@ -68,13 +68,7 @@ def label_ddl_spans(text: str, schema: SqlSchema) -> list[CharSpan]:
         tokens = SQLite().tokenize(text[start:end])
         for s, e, label in _label_statement(text[start:end], tokens):
             labels[start + s : start + e] = [label] * (e - s)
-    spans: list[CharSpan] = []
-    for i, label in enumerate(labels):
-        if spans and spans[-1][2] == label and spans[-1][1] == i:
-            spans[-1] = (spans[-1][0], i + 1, label)
-        else:
-            spans.append((i, i + 1, label))
-    return spans
+    return spans_of_char_labels(labels)
 
 
 def label_ddl_tokens(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import anyio
 import jsonschema
@@ -157,42 +157,12 @@ class Runtime:
         return ids, span_labels, spec
 
     async def chat(
-        self,
-        messages: Sequence[dict[str, Any]],
-        *,
-        tools: Sequence[Any] | None = None,
-        tool_choice: str = "auto",
-        parallel_tool_calls: bool = True,
-        policy: str | Policy | None = None,
-        budget: float | None = None,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        conversation: Conversation | None = None,
-        spec: OutputSpec | None = None,
-        label_spans: Callable[[str], list[CharSpan]] | None = None,
-        ignore_eos: bool = False,
+        self, messages: Sequence[dict[str, Any]], **options: Unpack[TurnOptions]
     ) -> ChatResult:
-        """One assistant turn. Tool calls come back in ``result.message["tool_calls"]``."""
+        """One assistant turn (options as for :meth:`stream`). Tool calls come back in
+        ``result.message["tool_calls"]``."""
         result = None
-        async for item in self.stream(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            policy=policy,
-            budget=budget,
-            parallel_tool_calls=parallel_tool_calls,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            conversation=conversation,
-            spec=spec,
-            label_spans=label_spans,
-            ignore_eos=ignore_eos,
-            with_result=True,
-        ):
+        async for item in self.stream(messages, with_result=True, **options):
             if isinstance(item, ChatResult):
                 result = item
         if result is None:
@@ -338,6 +308,24 @@ class Runtime:
         if conversation_id not in self._conversations:
             self._conversations[conversation_id] = Conversation(conversation_id)
         return self._conversations[conversation_id]
+
+
+class TurnOptions(TypedDict, total=False):
+    """The keyword options :meth:`Runtime.chat` passes on to :meth:`Runtime.stream`."""
+
+    tools: Sequence[Any] | None
+    tool_choice: str
+    parallel_tool_calls: bool
+    policy: str | Policy | None
+    budget: float | None
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    conversation: Conversation | None
+    spec: OutputSpec | None
+    label_spans: Callable[[str], list[CharSpan]] | None
+    ignore_eos: bool
 
 
 class Conversation:

@@ -17,7 +17,7 @@ import pytest
 from pask_agent.cli import main as cli_main
 from pask_agent.errors import ConfigError, DDLError
 from pask_agent.eval.sql_data import sample_data_dir
-from pask_agent.integrations.sql import SQLiteAssistant
+from pask_agent.integrations.sql import SQLiteAssistant, repair_turn
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
 
 WRITES = [
@@ -78,6 +78,15 @@ def test_bad_paths_raise_typed_errors(tmp_path: Path) -> None:
         SQLiteAssistant(empty)
     with pytest.raises(ConfigError, match="row_limit"):
         ReadOnlyDatabase(sample_data_dir() / "shop.sqlite", row_limit=0)
+    with pytest.raises(ConfigError, match="repairs"):
+        SQLiteAssistant(sample_data_dir() / "shop.sqlite", repairs=-1)
+
+
+def test_repair_turn_shows_the_query_and_the_error() -> None:
+    sql = "SELECT T2.category FROM products AS T1 JOIN orders AS T2"
+    assistant, user = repair_turn(sql, "SQLite error: no such column: T2.category")
+    assert assistant == {"role": "assistant", "content": sql}
+    assert user["role"] == "user" and "no such column: T2.category" in user["content"]
 
 
 def test_prompt_has_labelled_ddl(shop_copy: Path) -> None:
@@ -125,3 +134,25 @@ def test_cli_prints_sql_and_rows(shop_copy: Path, capsys: pytest.CaptureFixture[
     assert sql.startswith("SELECT") and "suppliers" in sql
     n = ReadOnlyDatabase(shop_copy).query("SELECT COUNT(*) FROM suppliers").rows[0][0]
     assert str(n) in table.splitlines()[2]
+
+
+@pytest.mark.slow
+def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) -> None:
+    """Greedy decoding on the default model first writes ``SUM(quantity * unit_price) FROM
+    orders`` for this question (``quantity`` lives in ``order_items``); SQLite refuses it."""
+    question = "What is the total revenue (quantity times unit price) of delivered orders?"
+
+    async def ask_twice() -> tuple:
+        plain = SQLiteAssistant(shop_copy)
+        repairing = SQLiteAssistant(shop_copy, runtime=None, repairs=1)
+        return await plain.ask(question), await repairing.ask(question)
+
+    first, repaired = asyncio.run(ask_twice())
+    assert first.error is not None and "no such column" in first.error and not first.failed
+    assert repaired.failed == ((first.sql, first.error),)
+    # (The 0.5B model writes the same query again here: repairs are off by default.)
+    assert repaired.sql == first.sql and repaired.error == first.error
+    # The repair turn extends the first request's prompt: its KV is reused, not recomputed.
+    u = repaired.usage
+    assert u.prompt_tokens > first.usage.prompt_tokens + first.usage.completion_tokens
+    assert u.prefilled_tokens < u.prompt_tokens - first.usage.prompt_tokens
