@@ -129,10 +129,7 @@ async def _run_case(
 ) -> CaseResult:
     try:
         result = await rt.chat(
-            list(case.messages),
-            tools=case.tools(),
-            tool_choice="required",
-            parallel_tool_calls=case.parallel,
+            **case.request(),
             policy=policy,
             budget=budget,
             max_new_tokens=max_new_tokens,

@@ -52,6 +52,17 @@ class BfclCase:
     def tools(self) -> tuple[ToolSpec, ...]:
         return tool_specs(self.functions)
 
+    def request(self) -> dict[str, Any]:
+        """The chat request BFCL asks for: its messages and tools, a call required, parallel
+        calls allowed only where the category expects them (``Runtime.chat(**case.request())``).
+        """
+        return {
+            "messages": list(self.messages),
+            "tools": self.tools(),
+            "tool_choice": "required",
+            "parallel_tool_calls": self.parallel,
+        }
+
 
 def bfcl_data_dir() -> Path:
     """The ``bfcl_eval/data`` folder of the installed package.

@@ -71,10 +71,7 @@ async def _batch(rt: Runtime, cases: list[Any], policy: Any, budget: float | Non
         case = cases[i]
         conv = rt.conversation(f"{id(policy)}-{budget}-{i}")
         result = await rt.chat(
-            list(case.messages),
-            tools=case.tools(),
-            tool_choice="required",
-            parallel_tool_calls=case.parallel,
+            **case.request(),
             policy=policy,
             budget=budget,
             max_new_tokens=MAX_NEW,

@@ -79,13 +79,7 @@ def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
                 values[i] = await rt.call(CASES[i][0], CASES[i][1], max_new_tokens=96)
 
             async def bfcl_call(i: int) -> None:
-                calls[i] = await rt.chat(
-                    cases[i].messages,
-                    tools=cases[i].tools(),
-                    tool_choice="required",
-                    parallel_tool_calls=cases[i].parallel,
-                    max_new_tokens=160,
-                )
+                calls[i] = await rt.chat(**cases[i].request(), max_new_tokens=160)
 
             async with anyio.create_task_group() as tg:  # all 17 requests batched together
                 for i in range(len(CASES)):
