@@ -9,7 +9,7 @@ calibration replaces the file with a measured table):
   ``H``. Every other generated token — optional arguments, free text, pure scaffold
   (separators, quotes, braces) — is held at ``L`` and never released: on the BFCL dev split
   (5 parallel cases, B = 0.33), releasing generated scaffold made the model lose count of the
-  calls it had already written and repeat them until the token limit in 3 of 5 cases, while
+  calls it had already written and repeat them until the token limit in 4 of 5 cases, while
   keeping it at ``L`` gave 5 of 5 valid arrays at a measured B of 0.339. The budget guard
   makes up the difference on the prompt side;
 - prefill: function names, parameter keys and enum constraints have an ``H`` floor, type
