@@ -17,7 +17,8 @@ Usage::
         --budgets 0.33,0.5 --cases-per-category 10 --split dev --out results/bfcl_dev
 
 writes ``results/bfcl_dev.jsonl`` (one line per case and configuration),
-``results/bfcl_dev.json`` (the summaries) and ``results/bfcl_dev.md`` (the table). ``full`` keeps
+``results/bfcl_dev.json`` (the summaries), ``results/bfcl_dev.md`` (the table) and
+``results/bfcl_dev.png`` (accuracy against measured ``B``). ``full`` keeps
 everything whatever the budget, so it runs once, at ``B = 1``.
 """
 
@@ -34,6 +35,7 @@ from typing import Any
 import anyio
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.eval.plots import plot_accuracy_vs_budget
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result, load_bfcl
 
 DEV_STRIDE = 5
@@ -218,7 +220,7 @@ def markdown_table(summaries: Sequence[ConfigSummary], *, title: str = "") -> st
 def write_results(
     out: Path, results: Sequence[CaseResult], summaries: Sequence[ConfigSummary], note: str
 ) -> None:
-    """Write ``<out>.jsonl``, ``<out>.json`` and ``<out>.md`` (replacing earlier files)."""
+    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
         for r in results:
@@ -227,8 +229,12 @@ def write_results(
         json.dumps({"note": note, "summaries": [asdict(s) for s in summaries]}, indent=2) + "\n",
         encoding="utf-8",
     )
-    table = markdown_table(summaries, title="BFCL non-live: accuracy and measured KV budget")
-    out.with_suffix(".md").write_text(table + "\n" + note + "\n", encoding="utf-8")
+    title = "BFCL non-live: accuracy and measured KV budget"
+    table = markdown_table(summaries, title=title)
+    image = plot_accuracy_vs_budget(summaries, out.with_suffix(".png"), title=title)
+    out.with_suffix(".md").write_text(
+        f"{table}\n![accuracy vs measured B]({image.name})\n\n{note}\n", encoding="utf-8"
+    )
 
 
 def configurations(policies: Sequence[str], budgets: Sequence[float]) -> list[tuple[str, float]]:

@@ -26,6 +26,7 @@ from pask_agent.eval.bfcl_eval import (
     load_split,
     split_cases,
     summarize,
+    write_results,
 )
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
 
@@ -65,6 +66,19 @@ def test_configurations_and_summary_arithmetic() -> None:
             0.33, True, True, (), "", "", 1, 1, 1, 2, 0.5]))])  # fmt: skip
 
 
+def test_write_results_draws_the_plot(tmp_path: Path) -> None:
+    rows = [
+        CaseResult("a", "parallel", p, b, ok, True, (), "", "tool_calls", 10, 5, 3, 10, 0.3)
+        for p, b, ok in (("full", 1.0, True), ("pask", 0.33, True), ("pask", 0.5, False))
+    ]
+    summaries = [summarize([r]) for r in rows]
+    out = tmp_path / "deep" / "grid"
+    write_results(out, rows, summaries, "note")
+    png = out.with_suffix(".png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "![accuracy vs measured B](grid.png)" in out.with_suffix(".md").read_text()
+
+
 @pytest.mark.slow
 def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
     out = tmp_path / "bfcl_smoke"
@@ -94,6 +108,8 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
     table = out.with_suffix(".md").read_text()
     assert "| full | 1.00 |" in table and "| pask | 0.33 |" in table
     assert json.loads(out.with_suffix(".json").read_text())["summaries"][1]["policy"] == "pask"
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"]({out.name}.png)" in table
 
 
 @pytest.mark.slow
