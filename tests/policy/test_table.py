@@ -48,7 +48,10 @@ def test_committed_default_matches_builder() -> None:
     assert (committed.num_layers, committed.layer_boundaries) == (24, (8, 16))
     # The paper's protective intuition: dispatch keys keep H in every group, always.
     assert {e.floor for e in committed.decode["schema_bearing/dispatch_key"]} == {"H"}
-    assert {e.floor for e in committed.prefill["function_name"]} == {"H"}
+    assert [e.floor for e in committed.prefill["function_name"]] == ["H", "L", "L"]
+    assert [e.base for e in committed.prefill["function_name"]] == ["H", "H", "H"]
+    # Generated tokens are never released (releasing scaffold made parallel calls repeat).
+    assert all(e.floor != "R" for es in committed.decode.values() for e in es)
 
 
 def test_other_model_refused_unless_transfer(tmp_path: Path, make_table) -> None:
