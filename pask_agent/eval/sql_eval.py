@@ -115,6 +115,10 @@ def summarize(records: list[SqlRecord]) -> dict[str, Any]:
         "errors": sum(r.error is not None for r in records),
         "repaired": sum(r.repairs > 0 and r.error is None for r in records),
         "repaired_correct": sum(r.repairs > 0 and r.correct for r in records),
+        "mean_measured_b": round(sum(r.measured_b for r in records) / len(records), 4)
+        if records
+        else None,
+        "max_measured_b": max((r.measured_b for r in records), default=None),
     }
 
 
@@ -138,6 +142,8 @@ def write_results(
         f"Settings: {json.dumps(settings)}. Execution accuracy **{o['correct']}/{o['n']}"
         f" = {o['accuracy']:.1%}**; {summary['errors']} final queries failed in SQLite; "
         f"{summary['repaired']} ran after a repair ({summary['repaired_correct']} correct); "
+        f"measured KV budget B per question: mean {summary['mean_measured_b']}, "
+        f"max {summary['max_measured_b']}; "
         f"{seconds / 60:.1f} min.",
         "",
         "| group | n | correct | accuracy |",

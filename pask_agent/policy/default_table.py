@@ -74,7 +74,8 @@ _CLASS_RULES: dict[str, tuple[tuple[str, str], ...]] = {
 _DEFAULT_DECODE = _KEEP_LOW
 
 # Prefill: label -> ((base, floor) per group, (R->L, L->H) priority before group weighting).
-_NAME_FLOORS = (("H", "H"), ("H", "L"), ("H", "L"))  # planned high; only the lower group's is a floor
+# Names are planned high; only the lower layer group's H is a floor (see the module doc).
+_NAME_FLOORS = (("H", "H"), ("H", "L"), ("H", "L"))
 _PREFILL_RULES: dict[str, tuple[tuple[tuple[str, str], ...], tuple[float, float]]] = {
     "protected_content": ((("L", "L"),) * 3, (3.0, 1.5)),
     "schema_scaffold": ((("L", "R"), ("R", "R"), ("R", "R")), (0.5, 0.1)),
