@@ -144,7 +144,7 @@ def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) 
 
     async def ask_twice() -> tuple:
         plain = SQLiteAssistant(shop_copy)
-        repairing = SQLiteAssistant(shop_copy, runtime=None, repairs=1)
+        repairing = SQLiteAssistant(shop_copy, repairs=1)
         return await plain.ask(question), await repairing.ask(question)
 
     first, repaired = asyncio.run(ask_twice())
