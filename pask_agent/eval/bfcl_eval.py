@@ -6,10 +6,9 @@ their prefill and decode steps. Every result records the store's measured budget
 its request (``Usage.measured_b``, prompt + generated, scales included, App. B.3); the summary
 aggregates it as ``Σ live bytes / Σ Full-KV bytes`` over cases and also as a per-case mean.
 
-Splits (deterministic, by position in BFCL's file order within each category):
-
-* ``dev``: every case whose index ``i`` has ``i % 5 == 0`` — tuning and smoke runs;
-* ``test``: every other case — never used to choose a knob.
+Splits come from the fixed file ``calibration_data/splits/bfcl.json`` (``eval/splits.py``):
+``calibration`` and ``dev`` (1:1 of the 2/5 not in test) are for calibrating and choosing knobs,
+``test`` (3/5) only for reporting. Cases sharing a tool schema never straddle two partitions.
 
 Usage::
 
@@ -36,37 +35,16 @@ import anyio
 
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.plots import plot_accuracy_vs_budget
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result, load_bfcl
-
-DEV_STRIDE = 5
-SPLITS = ("dev", "test")
-
-
-def split_cases(cases: Sequence[BfclCase], split: str) -> tuple[BfclCase, ...]:
-    """The ``dev`` (index % 5 == 0) or ``test`` (the rest) cases of one category, in order.
-
-    Raises
-    ------
-    ConfigError
-        ``split`` is neither ``"dev"`` nor ``"test"``.
-    """
-    if split not in SPLITS:
-        raise ConfigError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
-    dev = split == "dev"
-    return tuple(c for i, c in enumerate(cases) if (i % DEV_STRIDE == 0) == dev)
+from pask_agent.eval.splits import PARTITIONS, cases_in
+from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
 
 
 def load_split(
-    split: str, per_category: int, categories: Sequence[str] = NON_LIVE_CATEGORIES
+    split: str, per_category: int | None, categories: Sequence[str] = NON_LIVE_CATEGORIES
 ) -> tuple[BfclCase, ...]:
-    """The first ``per_category`` cases of ``split`` in each category (categories in order)."""
-    if per_category < 1:
-        raise ConfigError(f"cases per category must be >= 1, got {per_category}")
-    out: list[BfclCase] = []
-    for category in categories:
-        need = per_category * DEV_STRIDE if split == "dev" else per_category * 2
-        out.extend(split_cases(load_bfcl(category, limit=need), split)[:per_category])
-    return tuple(out)
+    """The first ``per_category`` cases (all when ``None``) of one partition of the fixed split
+    file (``calibration_data/splits/bfcl.json``), category by category."""
+    return cases_in(split, per_category=per_category, categories=categories)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +238,7 @@ async def evaluate(
     policies: Sequence[str],
     budgets: Sequence[float],
     *,
-    per_category: int,
+    per_category: int | None,
     split: str,
     out: Path,
     model: str = "default",
@@ -278,8 +256,8 @@ async def evaluate(
     plan = configurations(policies, budgets)
     cases = load_split(split, per_category, categories)
     note = (
-        f"{len(cases)} BFCL v4 non-live cases ({per_category} per category, split {split!r}: "
-        f"case index % {DEV_STRIDE} {'==' if split == 'dev' else '!='} 0 in each category), "
+        f"{len(cases)} BFCL v4 non-live cases ({per_category or 'all'} per category, split "
+        f"{split!r} of calibration_data/splits/bfcl.json), "
         f"model {model!r}, greedy, max_new_tokens={max_new_tokens}, official AST checker. "
         "measured B = Σ live KV bytes / Σ Full-KV bytes at the end of each request (prompt + "
         "generated, INT4 scales included); mean B and max B are per case."
@@ -306,8 +284,10 @@ async def evaluate(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default="full,pask", help="comma-separated policy names")
     p.add_argument("--budgets", default="0.33", help="comma-separated target total budgets B")
-    p.add_argument("--cases-per-category", type=int, default=10)
-    p.add_argument("--split", default="dev", choices=SPLITS)
+    p.add_argument(
+        "--cases-per-category", type=int, default=None, help="first n per category (default all)"
+    )
+    p.add_argument("--split", default="dev", choices=PARTITIONS)
     p.add_argument("--out", default="results/bfcl_dev", help="output path without extension")
     p.add_argument("--model", default="default")
     p.add_argument("--max-new-tokens", type=int, default=200)

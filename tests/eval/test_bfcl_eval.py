@@ -1,4 +1,4 @@
-"""The BFCL harness: deterministic splits, summaries, and a real-model smoke run.
+"""The BFCL harness: the fixed split file, summaries, and a real-model smoke run.
 
 The smoke run serves 4 dev cases (one per non-live category) with the bundled default model
 under ``full`` and ``pask`` at ``B = 0.33``: PASK's single-call outputs must be valid calls, its
@@ -24,23 +24,35 @@ from pask_agent.eval.bfcl_eval import (
     configurations,
     evaluate,
     load_split,
-    split_cases,
+    run_config,
     summarize,
     write_results,
 )
+from pask_agent.eval.splits import PARTITIONS, load_split_file, make_split, schema_key
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
 
 
-def test_dev_and_test_splits_are_disjoint_and_deterministic() -> None:
-    cases = load_bfcl("parallel", limit=23)
-    dev, test = split_cases(cases, "dev"), split_cases(cases, "test")
-    assert [c.id for c in dev] == [cases[i].id for i in (0, 5, 10, 15, 20)]
-    assert len(dev) + len(test) == 23 and not {c.id for c in dev} & {c.id for c in test}
+def test_split_file_is_fixed_disjoint_and_schema_closed() -> None:
+    cases = [c for cat in NON_LIVE_CATEGORIES for c in load_bfcl(cat)]
+    shipped = load_split_file()
+    assert make_split(cases, shipped.seed) == shipped  # the file is what the rule writes
+    for parts in shipped.ids.values():
+        sizes = [len(parts[p]) for p in PARTITIONS]
+        total = sum(sizes)
+        assert all(abs(n - total * r / 5) <= 2 for n, r in zip(sizes, (1, 1, 3), strict=True))
+        assert len(set().union(*map(set, parts.values()))) == total
+    where: dict[str, str] = {}
+    for case in cases:
+        for function in case.functions:
+            part = shipped.partition_of(case.id)
+            assert where.setdefault(schema_key(function), part) == part, case.id
     picked = load_split("dev", 3)
     assert [c.category for c in picked] == [c for c in NON_LIVE_CATEGORIES for _ in range(3)]
-    assert [c.id for c in picked[:3]] == ["simple_python_0", "simple_python_5", "simple_python_10"]
+    assert all(shipped.partition_of(c.id) == "dev" for c in picked)
     with pytest.raises(ConfigError, match="split"):
-        split_cases(cases, "train")
+        load_split("train", 3)
+    with pytest.raises(ConfigError, match="split file"):
+        load_split_file(Path("/nonexistent/bfcl.json"))
 
 
 def test_configurations_and_summary_arithmetic() -> None:
@@ -113,18 +125,15 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pask_parallel_arrays_stay_valid(tmp_path: Path) -> None:
-    summaries = anyio.run(
-        lambda: evaluate(
-            ["pask"],
-            [0.33],
-            per_category=2,
-            split="dev",
-            out=tmp_path / "parallel",
-            max_new_tokens=160,
-            log=lambda _: None,
-            categories=("parallel",),
-        )
-    )
-    assert summaries[0].cases == 2 and summaries[0].valid_rate == 1.0
-    assert abs(summaries[0].measured_b - 0.33) <= 0.03
+def test_pask_parallel_arrays_stay_valid() -> None:
+    from pask_agent.runtime.runtime import Runtime
+
+    cases = [c for c in load_bfcl("parallel", limit=6) if c.id in ("parallel_0", "parallel_5")]
+
+    async def run() -> list[CaseResult]:
+        async with Runtime.open("default") as rt:
+            return await run_config(rt, cases, "pask", 0.33, max_new_tokens=160)
+
+    summary = summarize(anyio.run(run))
+    assert summary.cases == 2 and summary.valid_rate == 1.0
+    assert abs(summary.measured_b - 0.33) <= 0.03
