@@ -19,6 +19,7 @@ The store is batch-first: a step writes chunks for several sequences at once (pa
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -150,6 +151,11 @@ class KVStore:
 
     def has_sequence(self, seq_id: str) -> bool:
         return seq_id in self._seqs
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences in the store now (requests in flight plus kept conversations)."""
+        return len(self._seqs)
 
     def length(self, seq_id: str) -> int:
         return self._get(seq_id).length
@@ -432,6 +438,37 @@ class KVStore:
             total += self._high_alloc[g].used * n_layers * lay.high_row_bytes
             total += self._low_alloc[g].used * n_layers * (lay.low_row_bytes + lay.scale_row_bytes)
         return total
+
+    def audit(self) -> None:
+        """Check that every slot of every pool is free exactly once or held by exactly one token.
+
+        Why: after a soak or a fuzz run, ``live_bytes() == 0`` alone would miss a slot that fell
+        out of both the free list and every slot map (capacity lost for good), or one handed to
+        two tokens at once (silent corruption).
+
+        Raises
+        ------
+        KVStoreError
+            Names the pool, group and slots that are lost, shared or out of range.
+        """
+        for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
+            for g, alloc in enumerate(allocs):
+                held = [
+                    s
+                    for seq in self._seqs.values()
+                    for s in (seq.high if kind == "high" else seq.low)[g].slots
+                ]
+                seen = sorted(held + alloc.free)
+                if seen != list(range(alloc.capacity)) or alloc.used != len(held):
+                    counts = Counter(seen)
+                    lost = sorted(set(range(alloc.capacity)) - set(counts))
+                    shared = sorted(
+                        s for s, n in counts.items() if n > 1 or not 0 <= s < alloc.capacity
+                    )
+                    raise KVStoreError(
+                        f"{kind} pool, group {g}: {alloc.used} slots counted used, {len(held)} "
+                        f"held; lost {lost[:8]}, shared or out of range {shared[:8]}"
+                    )
 
     def allocated_bytes(self) -> int:
         """Bytes of the pool tensors themselves (capacity, including free slots)."""

@@ -303,6 +303,11 @@ class Runtime:
         self.engine.retire(conv._state)
         self._wake.set()
 
+    @property
+    def conversation_ids(self) -> tuple[str, ...]:
+        """Ids of the conversations that may hold KV now (until ``end_conversation``)."""
+        return tuple(self._conversations)
+
     def conversation(self, conversation_id: str) -> Conversation:
         """A multi-turn conversation that keeps its KV and budget ledger across turns."""
         if conversation_id not in self._conversations:

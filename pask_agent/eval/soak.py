@@ -1,0 +1,397 @@
+"""Load-and-cancellation soak of the in-process API: every request ends, nothing leaks.
+
+Why: an agent runtime sits under other programs, which cancel, time out and retry. A request
+that ends any way other than normally must still give back its KV slots, its admission
+reservation and its memory, or a long-running server slowly stops admitting work. The soak
+sends ``requests`` requests through ``concurrency`` concurrent clients, mixing the three
+workloads (tool calls through ``Runtime.stream``, structured output through ``Runtime.call``
+with Pydantic schemas, text-to-SQL through ``SQLiteAssistant``), cancels a share of them
+mid-flight and gives another share a deadline too short to meet (``anyio.fail_after``).
+
+At the end, after every conversation is closed: the store must hold 0 live bytes and no
+sequence, every slot of every pool must be free exactly once (``KVStore.audit``), the engine
+must have no live or queued request, no error other than the intended cancellations and
+timeouts may have occurred, and the process RSS must be within ``rss_tolerance`` of its
+warm baseline (taken after one warm-up wave that grows the pools and compiles the grammars).
+
+    python -m pask_agent.eval.soak --out results/soak      # writes results/soak.{json,md}
+
+The HTTP server is not covered yet (it does not exist); the soak is bounded in request count
+and in wall time (``time_limit_s``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import shlex
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, Field
+
+from pask_agent.eval.soak_report import KINDS, build_report, environment, write
+from pask_agent.eval.sql_data import load_sample_questions
+from pask_agent.integrations.sql import SQLiteAssistant
+from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.models import LoadedModel, load_model
+from pask_agent.runtime.results import ChatResult, Delta
+from pask_agent.runtime.runtime import Runtime
+
+CITIES = ("Oslo", "Paris", "Tokyo", "Lima", "Cairo", "Perth", "Quito", "Seoul")
+TOOLS: list[dict[str, Any]] = [
+    {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": list(CITIES)},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+    {
+        "name": "local_time",
+        "description": "The local time in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": list(CITIES)}},
+            "required": ["city"],
+        },
+    },
+]
+TOOL_PROMPTS = (
+    "What is the weather like in {city} right now?",
+    "What time is it in {city}?",
+    "Is it cold in {city} today, in fahrenheit?",
+    "Tell me the local time in {city}, please.",
+)
+
+
+class Sentiment(BaseModel):
+    """A review's sentiment: enum-only, so a grammar-complete answer is a few tokens."""
+
+    label: Literal["positive", "negative", "neutral"]
+
+
+class Rating(BaseModel):
+    """A score out of five and whether to recommend."""
+
+    stars: int = Field(ge=1, le=5)
+    recommend: bool
+
+
+STRUCTURED = (
+    (Sentiment, "Classify the sentiment of this review: '{text}'"),
+    (Rating, "Rate this review from 1 to 5 stars: '{text}'"),
+)
+REVIEWS = (
+    "The soup was cold and the waiter ignored us.",
+    "Lovely little place, great coffee.",
+    "It was fine, nothing special.",
+    "Best pizza I have had in years!",
+    "The room was noisy but the staff were kind.",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SoakConfig:
+    """How hard to push. The defaults are the full soak of issue 14 on the default model."""
+
+    model: str = "default"
+    requests: int = 200
+    concurrency: int = 32
+    cancel_fraction: float = 0.25
+    timeout_fraction: float = 0.1
+    max_new_tokens: int = 32
+    time_limit_s: float = 900.0
+    rss_tolerance: float = 0.10
+    seed: int = 0
+    max_batch: int = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """One request of the soak: its workload, its fate and the text it sends."""
+
+    index: int
+    kind: str
+    fate: Literal["complete", "cancel", "timeout"]
+    prompt: str
+    delay_s: float  # cancel: seconds before the cancel (0: right after the first token)
+
+
+@dataclass
+class Outcome:
+    index: int
+    kind: str
+    fate: str
+    status: str = "pending"  # ok | cancelled | timed_out | error
+    latency_s: float = 0.0
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def plan(config: SoakConfig, sql_questions: list[tuple[str, str]]) -> list[Planned]:
+    """A seeded request list: kinds in turn, a quarter cancelled, some with short deadlines."""
+    rng = random.Random(config.seed)
+    n = config.requests
+    n_cancel = round(n * config.cancel_fraction)
+    n_timeout = round(n * config.timeout_fraction)
+    fates = ["cancel"] * n_cancel + ["timeout"] * n_timeout
+    fates += ["complete"] * (n - len(fates))
+    rng.shuffle(fates)
+    out = []
+    for i, fate in enumerate(fates):
+        kind = KINDS[i % len(KINDS)]
+        if kind == "tools":
+            prompt = rng.choice(TOOL_PROMPTS).format(city=rng.choice(CITIES))
+        elif kind == "structured":
+            prompt = str(rng.randrange(len(STRUCTURED))) + "|" + rng.choice(REVIEWS)
+        else:
+            db, question = rng.choice(sql_questions)
+            prompt = f"{db}|{question}"
+        # Tool requests are cancelled right after their first token (surely mid-decode); the
+        # others after a random delay, which lands in the queue, the prefill, the decode or
+        # the SQL execution.
+        delay = 0.0 if kind == "tools" else rng.uniform(0.2, 6.0)
+        if fate == "timeout":
+            delay = rng.uniform(0.05, 0.4)
+        out.append(Planned(i, kind, fate, prompt, delay))  # type: ignore[arg-type]
+    return out
+
+
+class Soak:
+    """Runs planned requests against one open Runtime and records how each ended."""
+
+    def __init__(self, rt: Runtime, config: SoakConfig, assistants: dict[str, SQLiteAssistant]):
+        self.rt = rt
+        self.config = config
+        self.assistants = assistants
+
+    async def request(self, p: Planned, first_token: anyio.Event) -> dict[str, Any]:
+        """Send one request and return a short description of its answer."""
+        if p.kind == "tools":
+            result = None
+            async for item in self.rt.stream(
+                [{"role": "user", "content": p.prompt}],
+                tools=TOOLS,
+                tool_choice="required",
+                parallel_tool_calls=False,
+                max_new_tokens=self.config.max_new_tokens,
+                with_result=True,
+            ):
+                if isinstance(item, Delta):
+                    first_token.set()
+                elif isinstance(item, ChatResult):
+                    result = item
+            if result is None or not result.tool_calls:
+                raise RuntimeError(f"no tool call in {result.text if result else None!r}")
+            return {"calls": [c.name for c in result.tool_calls]}
+        if p.kind == "structured":
+            which, text = p.prompt.split("|", 1)
+            schema, template = STRUCTURED[int(which)]
+            value = await self.rt.call(
+                schema, template.format(text=text), max_new_tokens=self.config.max_new_tokens
+            )
+            return {"value": value.model_dump()}
+        db, question = p.prompt.split("|", 1)
+        answer = await self.assistants[db].ask(question)
+        # A query SQLite refuses is the model's miss, reported in the answer, not a fault.
+        return {"sql": answer.sql, "sqlite_error": answer.error, "rows": len(answer.rows)}
+
+    async def run_one(self, p: Planned) -> Outcome:
+        out = Outcome(p.index, p.kind, p.fate)
+        first_token = anyio.Event()
+        start = time.perf_counter()
+        try:
+            if p.fate == "timeout":
+                with anyio.fail_after(p.delay_s):
+                    out.detail = await self.request(p, first_token)
+            elif p.fate == "cancel":
+                out.detail = await _cancelled(self.request(p, first_token), first_token, p)
+            else:
+                out.detail = await self.request(p, first_token)
+            out.status = "ok" if out.detail is not None else "cancelled"
+        except TimeoutError:
+            out.status = "timed_out"
+        except Exception as exc:  # noqa: BLE001 - every unintended error is counted, not raised
+            out.status, out.error = "error", f"{type(exc).__name__}: {exc}"[:300]
+        out.latency_s = time.perf_counter() - start
+        return out
+
+    async def run(self, planned: list[Planned]) -> list[Outcome]:
+        """Run the plan through ``concurrency`` clients, each taking the next request."""
+        queue = list(reversed(planned))
+        outcomes: list[Outcome] = []
+
+        async def client() -> None:
+            while queue:
+                outcomes.append(await self.run_one(queue.pop()))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(self.config.concurrency, len(planned))):
+                tg.start_soon(client)
+        return sorted(outcomes, key=lambda o: o.index)
+
+    async def drain(self, timeout_s: float = 60.0) -> None:
+        """Close every conversation (the SQL assistant's) and wait until the engine is idle."""
+        for cid in self.rt.conversation_ids:
+            self.rt.end_conversation(cid)
+        with anyio.fail_after(timeout_s):
+            while self.rt.engine.has_work():
+                await anyio.sleep(0.05)
+
+
+async def _cancelled(
+    work: Awaitable[dict[str, Any]], first_token: anyio.Event, p: Planned
+) -> dict[str, Any] | None:
+    """Run ``work`` while another task cancels it, like a client that hangs up.
+
+    Returns None when the cancel landed, the answer when the work finished first.
+    """
+    result: dict[str, Any] | None = None
+    scope = anyio.CancelScope()
+
+    async def canceller() -> None:
+        if p.delay_s:
+            await anyio.sleep(p.delay_s)
+        else:
+            await first_token.wait()
+        scope.cancel()
+
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(canceller)
+        with scope:
+            try:
+                result = await work
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the task group
+                error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return None if scope.cancelled_caught else result
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now, after a full garbage collection (Linux)."""
+    gc.collect()
+    resident_pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+async def run_soak(
+    config: SoakConfig, loaded: LoadedModel | None = None, *, progress: Callable | None = None
+) -> dict[str, Any]:
+    """Warm up, take the RSS baseline, run the plan, drain, and measure what is left.
+
+    ``loaded`` reuses an already loaded model (tests); otherwise ``config.model`` is loaded.
+    Returns the report written to ``soak.json``.
+    """
+    if loaded is None:
+        loaded = await anyio.to_thread.run_sync(load_model, config.model)
+    data = load_sample_questions()
+    questions = [(q.db, q.question) for q in data.questions]
+    planned = plan(config, questions)
+    rt_config = RuntimeConfig(max_batch=config.max_batch)
+    async with Runtime.open(loaded, config=rt_config) as rt:
+        assistants = {
+            db: SQLiteAssistant(path, runtime=rt, max_new_tokens=config.max_new_tokens)
+            for db, path in data.databases
+        }
+        soak = Soak(rt, config, assistants)
+        # Warm-up: one wave of completed requests of every kind grows the KV pools towards
+        # their working size and compiles every grammar, so the baseline is the warm process.
+        warm_cfg = SoakConfig(**{**asdict(config), "cancel_fraction": 0.0, "timeout_fraction": 0.0})
+        warm_n = min(config.concurrency, config.max_batch)
+        warm = plan(warm_cfg, questions)[:warm_n]
+        t0 = time.perf_counter()
+        warm_out = await soak.run(warm)
+        await soak.drain()
+        warm_s = time.perf_counter() - t0
+        rss_baseline = rss_bytes()
+        pool_baseline = rt.engine.store.allocated_bytes()
+        if progress:
+            progress(f"warm-up: {warm_n} requests in {warm_s:.0f} s, RSS {rss_baseline >> 20} MiB")
+        t0 = time.perf_counter()
+        time_limit_hit = False
+        outcomes: list[Outcome] = []
+        with anyio.move_on_after(config.time_limit_s) as limit:
+            outcomes = await soak.run(planned)
+        time_limit_hit = limit.cancelled_caught
+        await soak.drain()
+        wall_s = time.perf_counter() - t0
+        store = rt.engine.store
+        try:
+            store.audit()
+            audit_error = None
+        except Exception as exc:  # noqa: BLE001 - reported as a failed check
+            audit_error = str(exc)
+        leaked = store.live_bytes()
+        engine_idle = not rt.engine.live and not rt.engine.inbox
+        sequences_left = store.num_sequences
+        pool_after = store.allocated_bytes()
+        rss_after = rss_bytes()
+    return build_report(
+        config,
+        loaded,
+        outcomes,
+        warm_out,
+        wall_s=wall_s,
+        warm_s=warm_s,
+        time_limit_hit=time_limit_hit,
+        leaked=leaked,
+        audit_error=audit_error,
+        engine_idle=engine_idle,
+        sequences_left=sequences_left,
+        rss=(rss_baseline, rss_after),
+        pools=(pool_baseline, pool_after),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = SoakConfig()
+    p = argparse.ArgumentParser(prog="python -m pask_agent.eval.soak", description=__doc__)
+    p.add_argument("--model", default=d.model)
+    p.add_argument("--requests", type=int, default=d.requests)
+    p.add_argument("--concurrency", type=int, default=d.concurrency)
+    p.add_argument("--cancel-fraction", type=float, default=d.cancel_fraction)
+    p.add_argument("--timeout-fraction", type=float, default=d.timeout_fraction)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--max-batch", type=int, default=d.max_batch)
+    p.add_argument("--time-limit-s", type=float, default=d.time_limit_s)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--out", default="results/soak", help="writes <out>.json and <out>.md")
+    args = p.parse_args(argv)
+    config = SoakConfig(
+        model=args.model,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        cancel_fraction=args.cancel_fraction,
+        timeout_fraction=args.timeout_fraction,
+        max_new_tokens=args.max_new_tokens,
+        time_limit_s=args.time_limit_s,
+        seed=args.seed,
+        max_batch=args.max_batch,
+    )
+    argv = sys.argv[1:] if argv is None else argv
+    command = shlex.join(["python", "-m", "pask_agent.eval.soak", *argv])
+    report = anyio.run(lambda: run_soak(config, progress=lambda m: print(m, flush=True)))
+    report.update(environment(command))
+    write(report, Path(args.out))
+    print(Path(args.out).with_suffix(".md").read_text())
+    return 0 if report["passed"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The reduced soak (issue 14, item 1) on SmolLM2: cancels and timeouts leave nothing behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+
+from pask_agent.eval.soak import SoakConfig, plan, run_soak
+from pask_agent.eval.soak_report import environment, write
+
+CONFIG = SoakConfig(
+    model="smollm2-135m",
+    requests=24,
+    concurrency=8,
+    max_new_tokens=32,
+    time_limit_s=300,
+    seed=1,
+)
+
+
+def test_plan_is_seeded_and_honours_the_fractions() -> None:
+    questions = [("shop", "How many customers are there?")]
+    a, b = plan(SoakConfig(requests=200), questions), plan(SoakConfig(requests=200), questions)
+    assert a == b
+    assert sum(p.fate == "cancel" for p in a) == 50
+    assert sum(p.fate == "timeout" for p in a) == 20
+    assert {p.kind for p in a} == {"tools", "structured", "sql"}
+    assert plan(SoakConfig(requests=200, seed=1), questions) != a
+
+
+def test_reduced_soak_ends_clean(smollm2, tmp_path: Path) -> None:
+    report = anyio.run(lambda: run_soak(CONFIG, smollm2))
+    report.update(environment("pytest tests/eval/test_soak.py"))
+    write(report, tmp_path / "soak")
+    assert report["errors"] == [] and report["unexpected_errors"] == 0
+    assert report["requests"] == 24 and not report["time_limit_hit"]
+    # the cancels and deadlines really interrupted requests, and the rest completed
+    assert report["cancelled"] >= 3 and report["timed_out"] >= 1
+    assert report["completed"] + report["cancelled"] + report["timed_out"] == 24
+    assert report["leaked_kv_bytes"] == 0 and report["sequences_left"] == 0
+    assert report["slot_audit_error"] is None
+    assert report["checks"]["engine_idle"]
+    assert report["rss_after_bytes"] <= 1.1 * report["rss_baseline_bytes"]
+    assert report["passed"]
+    saved = json.loads((tmp_path / "soak.json").read_text())
+    for key in (
+        "requests",
+        "concurrency",
+        "cancelled",
+        "timed_out",
+        "unexpected_errors",
+        "leaked_kv_bytes",
+        "rss_baseline_bytes",
+        "rss_after_bytes",
+        "command",
+        "git_commit",
+        "machine",
+    ):
+        assert key in saved
+    assert "PASSED" in (tmp_path / "soak.md").read_text()
