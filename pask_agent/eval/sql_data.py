@@ -2,7 +2,8 @@
 
 Why: BIRD's databases are a multi-GB download we cannot ship, so tests, calibration and the
 SQL assistant use ``recipes/data/`` (two SQLite databases built by ``build_databases.py`` and
-``questions.jsonl``, whose gold SQL is stored in the SQL grammar's canonical form). A user who
+``questions.jsonl``, whose gold SQL is stored in the SQL grammar's canonical form), which ships
+in the wheel as package data (``pask_agent.package_data``). A user who
 has BIRD can point ``load_bird_dev`` at its dev folder (``dev.json`` +
 ``dev_databases/<db>/<db>.sqlite``) and run the same harness.
 """
@@ -13,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pask_agent import package_data
 from pask_agent.errors import ConfigError
 
 SPLITS = ("dev", "test")
@@ -59,8 +61,8 @@ class SqlQuestionSet:
 
 
 def sample_data_dir() -> Path:
-    """``recipes/data`` of this checkout (the sample set is not installed with the wheel)."""
-    return Path(__file__).resolve().parents[2] / "recipes" / "data"
+    """``recipes/data``: in a checkout the folder itself, in a wheel its packaged copy."""
+    return package_data.sample_data_dir()
 
 
 def load_sample_questions(

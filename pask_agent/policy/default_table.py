@@ -27,9 +27,8 @@ Regenerate the committed file with ``python -m pask_agent.policy.default_table``
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pask_agent.grammars.tags import CLASSES, NEXTS, SPAN_LABELS, VOCABULARIES, TagFamily
+from pask_agent.package_data import policy_table_path
 from pask_agent.policy.actions import LayerGroups
 from pask_agent.policy.table import (
     NUM_GROUPS,
@@ -45,7 +44,8 @@ DEFAULT_MODEL_ID = "Qwen2.5-Coder-0.5B-Instruct"
 # sha256 of tokenizer.json in the converted cache folder of the bundled default model
 # (`tokenizer_hash(resolve_model_dir("default"))`; a slow test re-checks it).
 DEFAULT_TOKENIZER_SHA256 = "870929f6937e07fc88e0bc62333a39c5fe97bcbea944ea9d3a6ffcf760ef360d"
-DEFAULT_TABLE_PATH = Path(__file__).resolve().parents[2] / "calibration_data/policies/default.json"
+# calibration_data/policies/default.json, in a checkout and in a wheel (package data)
+DEFAULT_TABLE_PATH = policy_table_path("default")
 
 _GROUP_WEIGHT = (1.0, 0.9, 0.8)
 _CLASS_WEIGHT = {"schema_bearing": 1.0, "free_generation": 0.6, "pure_scaffold": 0.2}
