@@ -26,11 +26,11 @@ from typing import Any
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, load_bfcl
+from pask_agent.package_data import calibration_data_dir
 
 PARTITIONS: tuple[str, ...] = ("calibration", "dev", "test")
 RATIOS: tuple[int, ...] = (1, 1, 3)
 DEFAULT_SEED = 20261201
-SPLIT_FILE = Path(__file__).resolve().parents[2] / "calibration_data" / "splits" / "bfcl.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,12 @@ def make_split(cases: Sequence[BfclCase], seed: int = DEFAULT_SEED) -> BfclSplit
     return BfclSplit(seed, ids)
 
 
-def load_split_file(path: Path = SPLIT_FILE) -> BfclSplit:
+def split_file() -> Path:
+    """``calibration_data/splits/bfcl.json`` (in a checkout or an installed wheel)."""
+    return calibration_data_dir() / "splits" / "bfcl.json"
+
+
+def load_split_file(path: Path | None = None) -> BfclSplit:
     """Read the split file.
 
     Raises
@@ -136,6 +141,7 @@ def load_split_file(path: Path = SPLIT_FILE) -> BfclSplit:
     ConfigError
         The file is missing or malformed (the message names the command that writes it).
     """
+    path = path or split_file()
     if not path.is_file():
         raise ConfigError(
             f"no BFCL split file at {path}; write it with: python -m pask_agent.eval.splits"
@@ -185,12 +191,13 @@ def cases_in(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pask_agent.eval.splits")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--out", type=Path, default=SPLIT_FILE)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     cases = [c for cat in NON_LIVE_CATEGORIES for c in load_bfcl(cat)]
     split = make_split(cases, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(split.to_json(), indent=1) + "\n", encoding="utf-8")
+    out = args.out or split_file()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(split.to_json(), indent=1) + "\n", encoding="utf-8")
     for cat, parts in split.ids.items():
         print(cat, {p: len(ids) for p, ids in parts.items()})
     return 0
