@@ -91,12 +91,19 @@ async def run_config(
     budget: float,
     *,
     max_new_tokens: int = 200,
+    system: str | None = None,
+    output: Any = None,
 ) -> list[CaseResult]:
-    """All ``cases`` under one policy and budget, submitted together (the runtime batches)."""
+    """All ``cases`` under one policy and budget, submitted together (the runtime batches).
+
+    ``system`` replaces the chat template's default system line (the tool list is still
+    rendered by the template after it). ``output(case)``, if given, returns another output
+    format for a case: ``(OutputSpec, parse)`` where ``parse(text)`` gives call dicts."""
     results: list[CaseResult | None] = [None] * len(cases)
 
     async def one(i: int, case: BfclCase) -> None:
-        results[i] = await _run_case(rt, case, policy, budget, max_new_tokens)
+        spec = output(case) if output is not None else None
+        results[i] = await _run_case(rt, case, policy, budget, max_new_tokens, system, spec)
 
     async with anyio.create_task_group() as tg:
         for i, case in enumerate(cases):
@@ -105,11 +112,22 @@ async def run_config(
 
 
 async def _run_case(
-    rt: Any, case: BfclCase, policy: str, budget: float, max_new_tokens: int
+    rt: Any,
+    case: BfclCase,
+    policy: str,
+    budget: float,
+    max_new_tokens: int,
+    system: str | None,
+    output: Any = None,
 ) -> CaseResult:
+    request = case.request()
+    if system is not None:
+        request["messages"] = [{"role": "system", "content": system}, *request["messages"]]
+    if output is not None:  # another output format: (OutputSpec, text -> calls)
+        request["spec"] = output[0]
     try:
         result = await rt.chat(
-            **case.request(),
+            **request,
             policy=policy,
             budget=budget,
             max_new_tokens=max_new_tokens,
@@ -119,8 +137,12 @@ async def _run_case(
             case.id, case.category, policy, budget, False, False, (), "", "error",
             0, 0, 0, 0, 0.0, f"{type(exc).__name__}: {exc}",
         )  # fmt: skip
-    calls = tuple({"name": c.name, "arguments": c.arguments} for c in result.tool_calls)
-    valid = bool(calls) and result.finish_reason == "tool_calls"
+    if output is None:
+        calls = tuple({"name": c.name, "arguments": c.arguments} for c in result.tool_calls)
+        valid = bool(calls) and result.finish_reason == "tool_calls"
+    else:
+        calls = tuple(output[1](result.text))
+        valid = bool(calls) and result.finish_reason != "length"
     error = ""
     correct = False
     if valid:

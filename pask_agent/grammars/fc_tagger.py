@@ -57,6 +57,8 @@ from pask_agent.grammars.json_nodes import (
     OPEN,
     VALUE,
     AnyNode,
+    ArrayNode,
+    ArrFrame,
     DispatchNode,
     Kind,
     LiteralNode,
@@ -161,6 +163,7 @@ class FunctionCallTagger:
             text=tool_choice in ("auto", "none"),
             layout=self.layout,
         )
+        self._calls = _calls_array(self._root)
         self._reset()
 
     @classmethod
@@ -178,7 +181,9 @@ class FunctionCallTagger:
     def fresh(self) -> FunctionCallTagger:
         """A new tagger at the start of an output, sharing this one's compiled schema nodes."""
         other = object.__new__(FunctionCallTagger)
-        for name in ("tools", "parallel", "tool_choice", "layout", "max_rollback", "_root"):
+        for name in (
+            "tools", "parallel", "tool_choice", "layout", "max_rollback", "_root", "_calls"
+        ):  # fmt: skip
             setattr(other, name, getattr(self, name))
         other._reset()
         return other
@@ -201,6 +206,20 @@ class FunctionCallTagger:
         token now (a whole call or array of calls, or at least one character of free text), and
         no multi-byte character is left half-written."""
         return not self._partial and any(can_end(s) for s in self._configs)
+
+    def between_calls(self) -> bool:
+        """True right after a complete call inside the array of parallel calls, where the
+        output either closes the array or starts another call (the decoder's one decision about
+        how many calls to make; see ``RuntimeConfig.continue_calls_at``)."""
+        if self._calls is None or self._partial:
+            return False
+        for config in self._configs:
+            if config is None:
+                continue
+            frame = config[0]
+            if isinstance(frame, ArrFrame) and frame.node is self._calls and frame.phase == AFTER:
+                return True
+        return False
 
     def feed(self, token_text: str) -> Tag:
         """Consume one accepted token's text and return its tag.
@@ -383,3 +402,9 @@ _K_STR_REST = frozenset((Kind.VALUE_REST, Kind.QUOTE))
 _K_NUM_REST = frozenset((Kind.VALUE_REST, Kind.PUNCT))
 _K_MAP_OPEN = frozenset((Kind.VALUE_FIRST, Kind.PUNCT))
 _K_ANY = frozenset((Kind.VALUE_FIRST, Kind.LITERAL, Kind.PUNCT))
+
+
+def _calls_array(root: Node) -> ArrayNode | None:
+    # The array of parallel calls is the root itself, or one option of a root union (auto).
+    options = root.options if isinstance(root, UnionNode) else (root,)
+    return next((o for o in options if isinstance(o, ArrayNode)), None)

@@ -175,14 +175,16 @@ def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
 
 
 def make_compiler(
-    tokenizer: Any, vocab_size: int, *, max_threads: int = 1
+    tokenizer: Any, vocab_size: int, *, max_threads: int = 1, allow: Sequence[str] = ()
 ) -> xgrammar.GrammarCompiler:
     """A grammar compiler for ``tokenizer`` whose masks are ``vocab_size`` wide.
 
     xgrammar detects no special tokens in the GGUF-derived tokenizers we ship, so it would let
     ``<|im_start|>`` or ``[PAD…]`` appear inside a JSON string. We blank those entries (xgrammar
     treats a token with empty text as special and never allows it) and pass the stop ids
-    explicitly. Build one compiler per tokenizer and keep it: it caches compiled grammars.
+    explicitly. ``allow`` keeps the named added tokens usable (``<tool_call>`` for a grammar
+    that writes the template's own call tags). Build one compiler per tokenizer and keep it: it
+    caches compiled grammars.
     """
     base = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
     stops = stop_token_ids(tokenizer)
@@ -190,9 +192,11 @@ def make_compiler(
     for text, i in tokenizer.get_vocab().items():
         if i < vocab_size:
             encoded[i] = text
+    kept = {tokenizer.convert_tokens_to_ids(text) for text in allow}
     for i in special_token_ids(tokenizer, vocab_size):
         # Stop ids too: with their text kept, "<|im_end|>" would also match free text.
-        encoded[i] = ""
+        if i not in kept:
+            encoded[i] = ""
     info = xgrammar.TokenizerInfo(
         encoded,
         base.vocab_type,

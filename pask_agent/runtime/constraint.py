@@ -60,6 +60,13 @@ class Constraint:
             self.tagger_failed = True
             return None
 
+    def between_calls(self) -> bool:
+        """Whether the output just finished one of several parallel calls (see the tagger)."""
+        if self.tagger is None or self.tagger_failed:
+            return False
+        probe = getattr(self.tagger, "between_calls", None)
+        return bool(probe()) if probe is not None else False
+
     def forced_text(self) -> str:
         """Text the grammar forces next (jump-forward), or ``""``."""
         if self.matcher is None or self.matcher.is_terminated():

@@ -52,10 +52,20 @@ class RuntimeConfig:
     # boundaries it never produces itself; on 20 BFCL cases that cost 2 correct calls
     # (18/20 without, 16/20 with) for a modest speed gain.
     jump_forward: bool = False
+    # Between parallel calls, start another call whenever the model gives continuing at least
+    # this probability (grammar-masked), instead of only when continuing is its argmax. The
+    # default 0.5B model closes the array after one call even when the request lists several
+    # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
+    # after the last one (teacher-forced on the dev split). None: plain greedy/sampling.
+    continue_calls_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
             raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
+        if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
+            raise ConfigError(
+                f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +160,7 @@ class Engine:
         ]
         self._free_text_mask = torch.zeros(self.vocab_size, dtype=torch.bool)
         self._free_text_mask[banned] = True
+        self._next_call_ids, self._close_ids = _separator_ids(self.tokenizer, self.vocab_size)
         self._full_token_bytes = self.layout.num_layers * self.layout.high_row_bytes
         self.inbox: deque[Request] = deque()
         self._retired: deque[SequenceState] = deque()
@@ -312,7 +323,12 @@ class Engine:
             xgr.apply_token_bitmask_inplace(
                 logits, bitmask, vocab_size=self.vocab_size, indices=[row for row, _ in constrained]
             )
+        tau = self.config.continue_calls_at
         for row, r in rows:
+            if tau is not None and r.constraint.between_calls():
+                p = torch.softmax(logits[row].float(), dim=-1)
+                if float(p[self._next_call_ids].sum()) >= tau:
+                    logits[row, self._close_ids] = float("-inf")
             if r.constraint.matcher is None:
                 logits[row].masked_fill_(self._free_text_mask, float("-inf"))
             if r.params.ignore_eos:
@@ -397,3 +413,15 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+def _separator_ids(tokenizer: Any, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids whose text starts with ``,`` (another call follows) and with ``]`` (the array
+    of calls closes). Byte-level BPE spells both characters as themselves."""
+    comma, close = [], []
+    for text, i in tokenizer.get_vocab().items():
+        if i < vocab_size and text[:1] == ",":
+            comma.append(i)
+        elif i < vocab_size and text[:1] == "]":
+            close.append(i)
+    return torch.tensor(comma, dtype=torch.long), torch.tensor(close, dtype=torch.long)
