@@ -4,7 +4,8 @@ One JSON object per line, one line per finished assistant turn::
 
     {"id": "parallel_12",                       # optional, for reports
      "messages": [{"role": "user", "content": "..."}],      # OpenAI chat format, the prompt
-     "tools": [{"type": "function", "function": {...}}],    # or "sql_schema": "<DDL>"
+     "tools": [{"type": "function", "function": {...}}],    # and/or "sql_schema": "<DDL>";
+                                                # neither: a plain text turn
      "tool_choice": "required", "parallel_tool_calls": true,
      "output": "[{\\"name\\": ...}]",           # the model's text, exactly as decoded
      "output_token_ids": [58, 4913, ...],       # the decoded ids (teacher forcing replays them)
@@ -24,6 +25,7 @@ recorders (several runtimes, a LangChain agent beside a server) never interleave
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -49,6 +51,24 @@ class ModelId:
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "weights_sha256": self.weights_sha256}
+
+    @classmethod
+    def of(cls, loaded: Any) -> ModelId:
+        """The identity of a loaded model: a bundled model's pinned GGUF digest, else the
+        SHA-256 of its folder's weight files (``*.safetensors`` / ``*.bin`` / ``*.gguf``)."""
+        from pask_agent.runtime.models import ALIASES, BUNDLED
+
+        bundled = BUNDLED.get(ALIASES.get(loaded.name, loaded.name))
+        if bundled is not None and bundled.sha256:
+            return cls(bundled.name, bundled.sha256)
+        digest = hashlib.sha256()
+        folder = Path(loaded.path)
+        files = folder.glob("*") if folder.is_dir() else [folder]
+        for f in sorted(f for f in files if f.suffix in (".safetensors", ".bin", ".gguf")):
+            with f.open("rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                    digest.update(block)
+        return cls(str(loaded.name), digest.hexdigest())
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +142,6 @@ class Trace:
         tools = data.get("tools", [])
         if not isinstance(tools, list):
             raise TraceError(f"{where}: 'tools' must be a list of tool specs")
-        if not tools and "sql_schema" not in data:
-            raise TraceError(f"{where}: a trace needs 'tools' or 'sql_schema'")
         ok, reference = data.get("ok"), data.get("reference")
         if ok is None and reference is None:
             raise TraceError(f"{where}: a trace needs 'ok' (its outcome) or a 'reference'")

@@ -58,6 +58,9 @@ class RuntimeConfig:
     # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
     # after the last one (teacher-forced on the dev split). None: plain greedy/sampling.
     continue_calls_at: float | None = None
+    # Append one trace line per finished turn to this JSONL file (calibration/traces.py), so
+    # real use becomes calibration data. None: record nothing.
+    record_traces: str | None = None
 
     def __post_init__(self) -> None:
         if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:

@@ -16,6 +16,7 @@ import anyio
 import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
@@ -63,6 +64,8 @@ class Runtime:
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
         self._wake = anyio.Event()
         self._conversations: dict[str, Conversation] = {}
+        self._loaded = loaded
+        self._model_id: ModelId | None = None
 
     @classmethod
     @asynccontextmanager
@@ -211,6 +214,10 @@ class Runtime:
                         raise event.error
                     elif isinstance(event, Finished):
                         finished = True
+                        if self.engine.config.record_traces:
+                            self._record(
+                                messages, tools, tool_choice, parallel_tool_calls, spec, event
+                            )
                         if with_result:
                             yield self._result(event, spec)
                         return
@@ -221,6 +228,36 @@ class Runtime:
                 request.cancelled = True
                 state.busy = False
                 self._wake.set()
+
+    def _record(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[Any] | None,
+        tool_choice: str,
+        parallel: bool,
+        spec: OutputSpec,
+        f: Finished,
+    ) -> None:
+        # ok records only what the runtime knows: the turn ended by itself (not at the token
+        # limit). A caller that knows the outcome (the tool ran, the answer checked) can rewrite
+        # the line; calibration reads either ``ok`` or a ``reference``.
+        if self._model_id is None:
+            self._model_id = ModelId.of(self._loaded)
+        specs = [ToolSpec.from_any(t).to_openai() for t in tools or ()]
+        schema = spec.payload if spec.kind == "sql" else None
+        ddl = "\n".join(t.ddl() for t in schema.tables) if schema is not None else None
+        trace = Trace(
+            messages=tuple(messages_json(messages)),
+            output=f.text,
+            output_token_ids=f.token_ids,
+            model=self._model_id,
+            tools=tuple(specs),
+            sql_schema=ddl,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel,
+            ok=f.reason != "length",
+        )
+        append_trace(str(self.engine.config.record_traces), trace)
 
     def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
         calls: tuple[ToolCall, ...] = ()

@@ -71,7 +71,7 @@ def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
         ("{not json\n", "not JSON"),
         ('{"messages": []}\n', "missing field"),
         (json.dumps({**_trace().to_json(), "ok": None}) + "\n", "'ok'"),
-        (json.dumps({**_trace().to_json(), "tools": []}) + "\n", "'tools' or 'sql_schema'"),
+        (json.dumps({**_trace().to_json(), "tools": {}}) + "\n", "'tools' must be a list"),
         (json.dumps({**_trace().to_json(), "output_token_ids": ["a"]}) + "\n", "token ids"),
     ],
 )

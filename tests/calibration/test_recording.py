@@ -1,0 +1,49 @@
+"""Real use becomes calibration data: a runtime with ``record_traces`` writes one trace per turn,
+on a real model, that replays to the same text and names the model that made it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from pask_agent.calibration.traces import ModelId, TraceError, read_traces
+from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.runtime import Runtime
+
+
+def get_weather(city: str) -> str:
+    """Get the weather in a city.
+
+    Args:
+        city: The city name.
+    """
+    return "sunny"
+
+
+def test_runtime_records_one_trace_per_finished_turn(smollm2, tmp_path: Path) -> None:
+    path = tmp_path / "rec" / "traces.jsonl"
+    config = RuntimeConfig(record_traces=str(path))
+    asked = [{"role": "user", "content": "Weather in Oslo?"}]
+
+    async def main() -> list:
+        async with Runtime.open(smollm2, config=config) as rt:
+            a = await rt.chat(asked, tools=[get_weather], tool_choice="required", max_new_tokens=40)
+            b = await rt.chat([{"role": "user", "content": "Say hi"}], max_new_tokens=4)
+            return [a, b]
+
+    results = anyio.run(main)
+    model = ModelId.of(smollm2)
+    assert model.weights_sha256.startswith("b179c952")
+    traces = read_traces(path, model=model)
+    assert len(traces) == 2
+    call, text = traces
+    assert call.messages[0] == asked[0] and call.tool_choice == "required"
+    assert call.tools[0]["function"]["name"] == "get_weather"
+    assert call.output == results[0].text and call.output_token_ids == results[0].token_ids
+    assert smollm2.tokenizer.decode(list(call.output_token_ids)) == call.output
+    assert call.ok is True  # a complete call, not cut at the token limit
+    assert text.tools == () and text.ok is False  # 4 tokens: stopped by the limit
+    with pytest.raises(TraceError, match="recorded with model"):
+        read_traces(path, model=ModelId("default", "1d96" + "0" * 60))
