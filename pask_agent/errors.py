@@ -15,6 +15,10 @@ class ModelNotAvailableError(PaskError):
     """A model name, folder or package cannot be found; the message names the install command."""
 
 
+class ModelHashMismatchError(ModelNotAvailableError):
+    """Installed model package files are not the pinned model (SHA-256 differs)."""
+
+
 class ModelCacheError(PaskError):
     """A converted-model cache folder is unusable and could not be rebuilt."""
 
@@ -54,3 +58,28 @@ class KVStoreError(PaskError):
 
 class ConfigError(PaskError):
     """A configuration value is out of range or inconsistent."""
+
+
+class RequestTooLargeError(ConfigError):
+    """A request can never run as asked: its prompt plus ``max_new_tokens`` exceed the model's
+    context, or its worst-case KV exceeds ``RuntimeConfig.kv_capacity_bytes``.
+
+    Raised when the request is made, before it queues: admission waits for room only when the
+    request could fit once others finish.
+    """
+
+
+class ValidationFailedError(PaskError):
+    """The model's answer did not validate against the requested schema."""
+
+
+class ToolCallError(ValidationFailedError):
+    """A tool call the model wrote breaks its tool's schema (checked with ``jsonschema``).
+
+    ``tool`` is the tool's name and ``path`` the JSON path of the offending argument.
+    """
+
+    def __init__(self, message: str, *, tool: str, path: str = "$") -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.path = path

