@@ -8,9 +8,12 @@ import pytest
 from hypothesis import settings
 
 # Property tests draw the same examples on every run, so CI cannot turn red by chance; run
-# with HYPOTHESIS_PROFILE=explore to search afresh.
+# with HYPOTHESIS_PROFILE=explore to search afresh. The long profile (HYPOTHESIS_PROFILE=long
+# or --hypothesis-profile=long) searches afresh and multiplies the example count of every fuzz
+# test that uses tests/fuzzing.py's fuzz_settings by 25: run it on the fuzz tests, not the suite.
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", deadline=None)
+settings.register_profile("long", deadline=None, max_examples=2500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
