@@ -29,13 +29,14 @@ import random
 import shlex
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from pask_agent.eval.soak_report import KINDS, build_report, environment, write
 from pask_agent.eval.sql_data import load_sample_questions
@@ -86,7 +87,7 @@ class Sentiment(BaseModel):
 class Rating(BaseModel):
     """A score out of five and whether to recommend."""
 
-    stars: int = Field(ge=1, le=5)
+    stars: Literal[1, 2, 3, 4, 5]  # an enum: the grammar enforces it (ge/le it would not)
     recommend: bool
 
 
@@ -113,7 +114,7 @@ class SoakConfig:
     cancel_fraction: float = 0.25
     timeout_fraction: float = 0.1
     max_new_tokens: int = 32
-    time_limit_s: float = 900.0
+    time_limit_s: float = 1800.0
     rss_tolerance: float = 0.10
     seed: int = 0
     max_batch: int = 16
@@ -229,19 +230,33 @@ class Soak:
         out.latency_s = time.perf_counter() - start
         return out
 
-    async def run(self, planned: list[Planned]) -> list[Outcome]:
-        """Run the plan through ``concurrency`` clients, each taking the next request."""
+    async def run(
+        self,
+        planned: list[Planned],
+        outcomes: list[Outcome],
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        """Run the plan through ``concurrency`` clients, each taking the next request.
+
+        Outcomes are appended as requests end, so a run stopped by the time limit still
+        reports what it did.
+        """
         queue = list(reversed(planned))
-        outcomes: list[Outcome] = []
+        start = time.perf_counter()
 
         async def client() -> None:
             while queue:
                 outcomes.append(await self.run_one(queue.pop()))
+                if progress and len(outcomes) % 25 == 0:
+                    states = Counter(o.status for o in outcomes)
+                    progress(
+                        f"{len(outcomes)} ended after {time.perf_counter() - start:.0f} s: "
+                        f"{dict(states)}"
+                    )
 
         async with anyio.create_task_group() as tg:
             for _ in range(min(self.config.concurrency, len(planned))):
                 tg.start_soon(client)
-        return sorted(outcomes, key=lambda o: o.index)
 
     async def drain(self, timeout_s: float = 60.0) -> None:
         """Close every conversation (the SQL assistant's) and wait until the engine is idle."""
@@ -316,7 +331,8 @@ async def run_soak(
         warm_n = min(config.concurrency, config.max_batch)
         warm = plan(warm_cfg, questions)[:warm_n]
         t0 = time.perf_counter()
-        warm_out = await soak.run(warm)
+        warm_out: list[Outcome] = []
+        await soak.run(warm, warm_out)
         await soak.drain()
         warm_s = time.perf_counter() - t0
         rss_baseline = rss_bytes()
@@ -324,11 +340,11 @@ async def run_soak(
         if progress:
             progress(f"warm-up: {warm_n} requests in {warm_s:.0f} s, RSS {rss_baseline >> 20} MiB")
         t0 = time.perf_counter()
-        time_limit_hit = False
         outcomes: list[Outcome] = []
         with anyio.move_on_after(config.time_limit_s) as limit:
-            outcomes = await soak.run(planned)
+            await soak.run(planned, outcomes, progress)
         time_limit_hit = limit.cancelled_caught
+        outcomes.sort(key=lambda o: o.index)
         await soak.drain()
         wall_s = time.perf_counter() - t0
         store = rt.engine.store

@@ -71,6 +71,7 @@ def build_report(
     }
     return {
         "requests": len(outcomes),
+        "requests_planned": config.requests,
         "concurrency": config.concurrency,
         "completed": count("ok"),
         "cancelled": count("cancelled"),
@@ -139,7 +140,8 @@ def write(report: dict[str, Any], out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     mib = 1 << 20
     lines = [
-        f"# Soak: {report['requests']} requests at concurrency {report['concurrency']} "
+        f"# Soak: {report['requests']} of {report['requests_planned']} requests ended, "
+        f"concurrency {report['concurrency']} "
         f"({report['model']}) — {'PASSED' if report['passed'] else 'FAILED'}",
         "",
         f"Command: `{report['command']}` at commit `{report['git_commit'][:10]}` on "
