@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
     )
     b.add_argument("--budget", default="0.33", help="target total KV budget(s) B in (0, 1]")
     b.add_argument("--cases", type=int, default=10, help="cases per category")
-    b.add_argument("--split", default="dev", choices=("dev", "test"))
+    b.add_argument("--split", default="dev", choices=("calibration", "dev", "test"))
     b.add_argument("--out", default="results/bfcl_dev", help="output path without extension")
     b.add_argument("--model", default="default", help="bundled name or model folder")
     b.add_argument("--max-new-tokens", type=int, default=200)

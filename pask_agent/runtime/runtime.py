@@ -17,7 +17,7 @@ import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
-from pask_agent.errors import ConfigError, PaskError
+from pask_agent.errors import ConfigError, PaskError, ValidationFailedError
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
@@ -35,13 +35,11 @@ from pask_agent.runtime.engine import (
     SamplingParams,
     SequenceState,
 )
+from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models import LoadedModel, load_model
 from pask_agent.runtime.outputs import TEXT, OutputCompiler, parse_tool_calls, schema_prompt
 from pask_agent.runtime.results import ChatResult, Delta, ToolCall, Usage
-
-
-class ValidationFailedError(PaskError):
-    """The model's answer did not validate against the requested schema."""
+from pask_agent.runtime.tool_validation import checked_tool_calls
 
 
 class Runtime:
@@ -59,7 +57,7 @@ class Runtime:
         self.tokenizer = loaded.tokenizer
         self.outputs = OutputCompiler(loaded.tokenizer, self.engine.vocab_size)
         self.default_policy = _resolve_policy(policy)
-        self.default_budget = budget
+        self.default_budget = check_budget(budget)
         lay = self.engine.layout
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
         self._wake = anyio.Event()
@@ -110,7 +108,7 @@ class Runtime:
             self.costs,
             self.engine.config.sinks,
             self.engine.config.window,
-            self.default_budget if budget is None else budget,
+            self.default_budget if budget is None else check_budget(budget),
         )
         return chosen, chosen.start(env)
 
@@ -132,6 +130,13 @@ class Runtime:
         return request, receive
 
     # ------------------------------------------------------------------ public API
+    @property
+    def model_id(self) -> ModelId:
+        """Which weights this runtime serves (name + SHA-256), as traces and tables record."""
+        if self._model_id is None:
+            self._model_id = ModelId.of(self._loaded)
+        return self._model_id
+
     def prepare(
         self,
         messages: Sequence[dict[str, Any]],
@@ -148,7 +153,7 @@ class Runtime:
         """
         spec = TEXT
         specs: tuple[ToolSpec, ...] = ()
-        if tools:
+        if tools is not None:  # an empty list is refused, not taken for "no tools"
             spec = self.outputs.tools(tools, tool_choice=tool_choice, parallel=parallel_tool_calls)
             specs = spec.payload or tuple(ToolSpec.from_any(t) for t in tools)
         text = render_tool_prompt(self.tokenizer, messages, specs or None)
@@ -198,6 +203,7 @@ class Runtime:
             messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
         )
         spec = spec or tool_spec
+        self.engine.check_request(len(ids), max_new_tokens)  # never queue what cannot run
         if conversation is not None:
             state = conversation._acquire(self, session)
             keep = True
@@ -241,8 +247,6 @@ class Runtime:
         # ok records only what the runtime knows: the turn ended by itself (not at the token
         # limit). A caller that knows the outcome (the tool ran, the answer checked) can rewrite
         # the line; calibration reads either ``ok`` or a ``reference``.
-        if self._model_id is None:
-            self._model_id = ModelId.of(self._loaded)
         specs = [ToolSpec.from_any(t).to_openai() for t in tools or ()]
         schema = spec.payload if spec.kind == "sql" else None
         ddl = "\n".join(t.ddl() for t in schema.tables) if schema is not None else None
@@ -250,7 +254,7 @@ class Runtime:
             messages=tuple(messages_json(messages)),
             output=f.text,
             output_token_ids=f.token_ids,
-            model=self._model_id,
+            model=self.model_id,
             tools=tuple(specs),
             sql_schema=ddl,
             tool_choice=tool_choice,
@@ -262,7 +266,7 @@ class Runtime:
     def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
         calls: tuple[ToolCall, ...] = ()
         if spec.kind == "tools":
-            calls = parse_tool_calls(f.text, spec.payload)
+            calls = checked_tool_calls(parse_tool_calls(f.text, spec.payload), spec.payload)
         usage = Usage(
             prompt_tokens=f.prompt_tokens,
             completion_tokens=len(f.token_ids),
@@ -301,6 +305,11 @@ class Runtime:
         if isinstance(schema, (list, tuple)):
             messages = _messages(system, prompt)
             result = await self.chat(messages, tools=schema, tool_choice="required", **kw)
+            if not result.tool_calls:  # cut at max_new_tokens: never a silent empty list
+                raise ValidationFailedError(
+                    f"no complete tool call (finish_reason={result.finish_reason}); raise "
+                    f"max_new_tokens: {result.text[:200]!r}"
+                )
             return list(result.tool_calls)
         model_cls = schema if _is_pydantic_class(schema) else None
         if model_cls is not None:
@@ -348,7 +357,7 @@ class Runtime:
     def conversation(self, conversation_id: str) -> Conversation:
         """A multi-turn conversation that keeps its KV and budget ledger across turns."""
         if conversation_id not in self._conversations:
-            self._conversations[conversation_id] = Conversation(conversation_id)
+            self._conversations[conversation_id] = Conversation(conversation_id, owner=self)
         return self._conversations[conversation_id]
 
 
@@ -373,11 +382,20 @@ class TurnOptions(TypedDict, total=False):
 class Conversation:
     """Turns of one conversation share one store sequence and one policy session (ledger)."""
 
-    def __init__(self, conversation_id: str) -> None:
+    def __init__(self, conversation_id: str, *, owner: Runtime | None = None) -> None:
         self.id = conversation_id
+        self._owner = owner  # its KV lives in this runtime's store, for this runtime's model
         self._state: SequenceState | None = None
 
     def _acquire(self, rt: Runtime, session: Any) -> SequenceState:
+        if self._owner is None:
+            self._owner = rt
+        if self._owner is not rt:
+            raise ConfigError(
+                f"conversation {self.id!r} belongs to another runtime (model "
+                f"{self._owner.engine.loaded.name!r}); its KV cannot move to this one (model "
+                f"{rt.engine.loaded.name!r}): use this runtime's rt.conversation(id)"
+            )
         if self._state is None:
             self._state = rt.engine.new_sequence(session)
         if self._state.busy:

@@ -47,3 +47,30 @@ def test_runtime_records_one_trace_per_finished_turn(smollm2, tmp_path: Path) ->
     assert text.tools == () and text.ok is False  # 4 tokens: stopped by the limit
     with pytest.raises(TraceError, match="recorded with model"):
         read_traces(path, model=ModelId("default", "1d96" + "0" * 60))
+
+
+@pytest.mark.slow
+def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
+    from pask_agent.cli import main
+    from pask_agent.eval.splits import cases_in
+    from pask_agent.grammars.bfcl import ast_check, parse_calls
+
+    out = tmp_path / "cal.jsonl"
+    args = ["traces", "record", "--bfcl", "simple,parallel", "--split", "calibration"]
+    assert main([*args, "--cases", "1", "--out", str(out)]) == 0
+    traces = read_traces(out, model=ModelId.of(default_model))
+    expected = cases_in("calibration", per_category=1, categories=("simple_python", "parallel"))
+    assert [t.id for t in traces] == [c.id for c in expected]
+    for trace, case in zip(traces, expected, strict=True):
+        assert trace.reference == {
+            "checker": "bfcl_ast",
+            "case_id": case.id,
+            "category": case.category,
+        }
+        assert default_model.tokenizer.decode(list(trace.output_token_ids)) == trace.output
+        assert trace.ok == ast_check(case, parse_calls(trace.output))
+        assert trace.parallel_tool_calls == case.parallel
+    assert (
+        main(["traces", "record", "--bfcl", "simple,nope", "--split", "dev", "--out", str(out)])
+        == 2
+    )
