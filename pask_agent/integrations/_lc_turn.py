@@ -59,6 +59,7 @@ class TurnRequest:
     timeout_s: float | None
     max_retries: int
     conversation_id: str | None
+    record_traces: str | None = None
 
 
 def conversation_key(
@@ -165,6 +166,7 @@ async def _items(
             seed=req.seed,
             conversation=conv,
             spec=spec,
+            record_traces=req.record_traces,
             with_result=True,
         )
 

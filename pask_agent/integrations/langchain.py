@@ -86,6 +86,9 @@ class PaskChatModel(BaseChatModel):
         ``reuse_prefix``), so agent-loop steps reuse the KV of their common prefix.
     tool_result_hint
         System line appended after trailing tool results in ``"auto"`` mode (``None``: off).
+    record_traces
+        A JSONL file that every finished turn is appended to as a calibration trace (see
+        ``pask_agent.calibration.traces``), so an agent's real runs can calibrate its table.
     temperature, max_tokens, stop, timeout, max_retries
         Sampling temperature (0 = greedy); new-token cap (256 when ``None``); stop strings
         (cut client-side and the request cancelled); seconds per turn; retries of a turn that
@@ -114,6 +117,7 @@ class PaskChatModel(BaseChatModel):
     stop: list[str] | None = None
     max_retries: int = 2
     conversation_id: str | None = None
+    record_traces: str | None = None
     reuse_prefix: bool = True
     tool_result_hint: str | None = DEFAULT_TOOL_RESULT_HINT
 
@@ -325,6 +329,7 @@ class PaskChatModel(BaseChatModel):
             timeout_s=kwargs.get("timeout", self.timeout),
             max_retries=int(kwargs.get("max_retries", self.max_retries)),
             conversation_id=conversation,
+            record_traces=kwargs.get("record_traces", self.record_traces),
         )
 
 

@@ -194,9 +194,13 @@ class Runtime:
         spec: OutputSpec | None = None,
         label_spans: Callable[[str], list[CharSpan]] | None = None,
         ignore_eos: bool = False,
+        record_traces: str | None = None,
         with_result: bool = False,
     ) -> AsyncIterator[Delta | ChatResult]:
-        """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked)."""
+        """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked).
+
+        ``record_traces`` appends this turn to a trace file (default:
+        ``RuntimeConfig.record_traces``)."""
         params = SamplingParams(max_new_tokens, temperature, top_p, seed, ignore_eos)
         chosen, session = self._session(policy, budget)
         ids, labels, tool_spec = self.prepare(
@@ -220,10 +224,12 @@ class Runtime:
                         raise event.error
                     elif isinstance(event, Finished):
                         finished = True
-                        if self.engine.config.record_traces:
+                        trace_file = record_traces or self.engine.config.record_traces
+                        if trace_file:
                             self._record(
-                                messages, tools, tool_choice, parallel_tool_calls, spec, event
-                            )
+                                trace_file, messages, tools, tool_choice, parallel_tool_calls,
+                                spec, event,
+                            )  # fmt: skip
                         if with_result:
                             yield self._result(event, spec)
                         return
@@ -237,6 +243,7 @@ class Runtime:
 
     def _record(
         self,
+        trace_file: str,
         messages: Sequence[dict[str, Any]],
         tools: Sequence[Any] | None,
         tool_choice: str,
@@ -261,7 +268,7 @@ class Runtime:
             parallel_tool_calls=parallel,
             ok=f.reason != "length",
         )
-        append_trace(str(self.engine.config.record_traces), trace)
+        append_trace(trace_file, trace)
 
     def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
         calls: tuple[ToolCall, ...] = ()
@@ -377,6 +384,7 @@ class TurnOptions(TypedDict, total=False):
     spec: OutputSpec | None
     label_spans: Callable[[str], list[CharSpan]] | None
     ignore_eos: bool
+    record_traces: str | None
 
 
 class Conversation:

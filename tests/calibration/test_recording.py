@@ -74,3 +74,19 @@ def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
         main(["traces", "record", "--bfcl", "simple,nope", "--split", "dev", "--out", str(out)])
         == 2
     )
+
+
+def test_langchain_model_records_traces(tmp_path: Path) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from pask_agent.integrations.langchain import PaskChatModel
+
+    path = tmp_path / "agent.jsonl"
+    llm = PaskChatModel(model="smollm2-135m", max_tokens=24, record_traces=str(path))
+    llm = llm.bind_tools([get_weather], tool_choice="any")
+    message = llm.invoke([HumanMessage("Weather in Oslo?")])
+    (trace,) = read_traces(path)
+    assert trace.model.name == "smollm2-135m" and trace.tool_choice in ("any", "required")
+    assert trace.messages[-1]["content"] == "Weather in Oslo?"
+    assert [c["name"] for c in message.tool_calls] == ["get_weather"]
+    assert trace.tools[0]["function"]["name"] == "get_weather"
