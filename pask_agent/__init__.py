@@ -1,3 +1,67 @@
-"""pask-agent: tool-calling and text-to-SQL agents on a small local model, PASK KV persistence."""
+"""pask-agent: tool-calling and text-to-SQL agents on a small local model, PASK KV persistence.
+
+The public API imports from the top: ``from pask_agent import Runtime, PaskChatModel,
+SQLiteAssistant, PolicyTable``. The names are resolved on first use (PEP 562), because the
+runtime pulls in torch and transformers and the LangChain model pulls in langchain-core: a
+program that only reads a policy table, or the CLI printing its help, should not pay for them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "Runtime": "pask_agent.runtime.runtime",
+    "RuntimeConfig": "pask_agent.runtime.engine",
+    "Conversation": "pask_agent.runtime.runtime",
+    "ToolCall": "pask_agent.runtime.results",
+    "ChatResult": "pask_agent.runtime.results",
+    "Usage": "pask_agent.runtime.results",
+    "PaskChatModel": "pask_agent.integrations.langchain",
+    "SQLiteAssistant": "pask_agent.integrations.sql",
+    "PolicyTable": "pask_agent.policy.table",
+    "ToolSpec": "pask_agent.grammars.tool_spec",
+    "load_model": "pask_agent.runtime.models",
+}
+
+__all__ = [
+    "ChatResult",
+    "Conversation",
+    "PaskChatModel",
+    "PolicyTable",
+    "Runtime",
+    "RuntimeConfig",
+    "SQLiteAssistant",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "__version__",
+    "load_model",
+]
+
+if TYPE_CHECKING:
+    from pask_agent.grammars.tool_spec import ToolSpec
+    from pask_agent.integrations.langchain import PaskChatModel
+    from pask_agent.integrations.sql import SQLiteAssistant
+    from pask_agent.policy.table import PolicyTable
+    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.results import ChatResult, ToolCall, Usage
+    from pask_agent.runtime.runtime import Conversation, Runtime
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pask_agent' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

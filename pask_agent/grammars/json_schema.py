@@ -32,6 +32,10 @@ from typing import Any
 from pask_agent.errors import SchemaError
 
 _BFCL_TYPES = {"dict": "object", "float": "number", "tuple": "array"}
+# Objects/arrays inside each other. The normalizer, the EBNF builder, the tagger and jsonschema
+# each recurse once per level; 40 levels work end to end, 300 overflowed Python's stack in
+# jsonschema, so answers deeper than this are refused up front with a SchemaError.
+MAX_NESTING = 64
 _JSON_TYPES = ("object", "array", "string", "integer", "number", "boolean", "null")
 _ANNOTATIONS = (
     "description",
@@ -123,12 +127,47 @@ def normalize_parameters(schema: Any, *, path: str = "$") -> dict[str, Any]:
 
 
 def normalize_schema(schema: Mapping[str, Any], *, path: str = "$") -> dict[str, Any]:
-    """Normalize one JSON Schema node (see the module docstring for the rules)."""
+    """Normalize one JSON Schema node (see the module docstring for the rules).
+
+    Raises
+    ------
+    SchemaError
+        As for :func:`normalize_parameters`, and when objects and arrays nest more than
+        ``MAX_NESTING`` levels deep.
+    """
     defs: dict[str, Any] = {}
     for key in ("$defs", "definitions"):
         if isinstance(schema.get(key), Mapping):
             defs.update({f"#/{key}/{name}": sub for name, sub in schema[key].items()})
-    return _normalize(schema, path, defs, ())
+    try:
+        node = _normalize(schema, path, defs, ())
+        depth = _nesting(node)
+    except RecursionError as exc:
+        # deeper than Python's stack: far past the limit
+        raise SchemaError(_too_deep("hundreds of"), path=path) from exc
+    if depth > MAX_NESTING:
+        raise SchemaError(_too_deep(str(depth)), path=path)
+    return node
+
+
+def _too_deep(levels: str) -> str:
+    return (
+        f"objects and arrays nest {levels} levels deep, more than the limit of {MAX_NESTING}; "
+        "flatten the schema (e.g. pass nested parts as separate arguments)"
+    )
+
+
+def _nesting(node: Any) -> int:
+    """How many objects/arrays an answer nests at most (``anyOf`` branches add no level)."""
+    if not isinstance(node, Mapping):
+        return 0
+    children = [*node.get("properties", {}).values(), *node.get("prefixItems", [])]
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), Mapping):
+            children.append(node[key])
+    inner = max((_nesting(c) for c in children), default=0)
+    level = 1 if children or node.get("type") in ("object", "array") else 0
+    return max(level + inner, *(_nesting(b) for b in node.get("anyOf", [])), 0)
 
 
 def _normalize(

@@ -32,6 +32,7 @@ from pask_agent.grammars.tool_grammar import special_token_ids, stop_token_ids
 from pask_agent.policy.base import Demotion, Policy, PolicySession, RetentionView
 from pask_agent.runtime.constraint import Constraint, OutputSpec
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.limits import check_context, check_kv_capacity
 from pask_agent.runtime.models import LoadedModel
 from pask_agent.runtime.results import Delta
 from pask_agent.runtime.sampling import sample
@@ -41,7 +42,8 @@ from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
     """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' worst-case
-    Full-KV demand: new requests wait (never fail) until it fits."""
+    Full-KV demand: a request that fits alone waits until the running ones leave it room; one
+    that could never fit is refused with ``RequestTooLargeError`` when it is made."""
 
     sinks: int = 4
     window: int = 16
@@ -165,6 +167,8 @@ class Engine:
         self._free_text_mask[banned] = True
         self._next_call_ids, self._close_ids = _separator_ids(self.tokenizer, self.vocab_size)
         self._full_token_bytes = self.layout.num_layers * self.layout.high_row_bytes
+        # positions past the trained context give garbage: requests must fit (runtime/limits.py)
+        self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self.inbox: deque[Request] = deque()
         self._retired: deque[SequenceState] = deque()
         self.live: list[Request] = []
@@ -173,6 +177,22 @@ class Engine:
 
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
+
+    def demand_bytes(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """A request's worst-case KV payload: every token it may hold, at Full KV."""
+        return (prompt_tokens + max_new_tokens) * self._full_token_bytes
+
+    def check_request(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """Refuse, before it queues, a request that could never run (``runtime/limits.py``).
+
+        Raises
+        ------
+        RequestTooLargeError
+            It exceeds the model's context or, alone, ``kv_capacity_bytes``.
+        """
+        check_context(prompt_tokens, max_new_tokens, self.context_tokens)
+        demand = self.demand_bytes(prompt_tokens, max_new_tokens)
+        check_kv_capacity(demand, self.config.kv_capacity_bytes)
 
     def has_work(self) -> bool:
         return bool(self.inbox or self.live or self._retired)
@@ -188,20 +208,12 @@ class Engine:
             if r.cancelled:
                 self.inbox.popleft()
                 continue
-            demand = (len(r.prompt_ids) + r.params.max_new_tokens) * self._full_token_bytes
-            if demand > self.config.kv_capacity_bytes:
+            demand = self.demand_bytes(len(r.prompt_ids), r.params.max_new_tokens)
+            try:
+                check_kv_capacity(demand, self.config.kv_capacity_bytes)
+            except PaskError as exc:  # the Runtime refuses these before they queue
                 self.inbox.popleft()
-                events.append(
-                    (
-                        r,
-                        Failed(
-                            ConfigError(
-                                f"request needs up to {demand} KV bytes but kv_capacity_bytes is "
-                                f"{self.config.kv_capacity_bytes}; shorten the prompt or max tokens"
-                            )
-                        ),
-                    )
-                )
+                events.append((r, Failed(exc)))
                 continue
             if self.live and self._reserved + demand > self.config.kv_capacity_bytes:
                 return  # wait until running requests free their KV

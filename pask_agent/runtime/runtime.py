@@ -81,12 +81,18 @@ class Runtime:
             else await anyio.to_thread.run_sync(load_model, model)
         )
         rt = cls(loaded, policy=policy, budget=budget, config=config)
+        failure: Exception | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(rt._worker)
             try:
                 yield rt
+            except Exception as exc:  # noqa: BLE001 - re-raised as is, below
+                failure = exc
             finally:
                 tg.cancel_scope.cancel()
+        if failure is not None:
+            # Outside the task group, so a caller catches SchemaError, not an ExceptionGroup.
+            raise failure
 
     # ------------------------------------------------------------------ worker
     async def _worker(self) -> None:
