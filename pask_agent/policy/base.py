@@ -37,6 +37,10 @@ class PolicyEnv:
     sinks: int
     window: int
     budget: float | None = None  # target total B; None = the policy's own default
+    # The served model, for policies whose frozen table belongs to one model (None: unchecked,
+    # for unit tests that drive a policy without a model).
+    model_id: str | None = None
+    tokenizer_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

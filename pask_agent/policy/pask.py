@@ -135,27 +135,43 @@ class PaskPolicy(Policy):
         The frozen table; the shipped default when None.
     guard:
         Hold the measured total to the target ``B`` with the budget guard (see module doc).
+    allow_transfer:
+        Use the table on a model or tokenizer other than the one it was calibrated for (paper
+        §4.5); by default that is a ``PolicyTableError``.
     """
 
     table: PolicyTable | None = None
     guard: bool = True
+    allow_transfer: bool = False
     _lookup: dict = field(default_factory=dict, compare=False, repr=False)
     name = "pask"
     needs_tags = True
     needs_labels = True
     revises = True
 
-    def resolved_table(self) -> PolicyTable:
-        if self.table is not None:
-            return self.table
+    def resolved_table(self, env: PolicyEnv | None = None) -> PolicyTable:
+        """The table, checked against ``env``'s model and tokenizer when it names them.
+
+        Raises
+        ------
+        PolicyTableError
+            The table was calibrated for another model or tokenizer (and ``allow_transfer`` is
+            off), or the shipped table file is unreadable or corrupt.
+        """
         if "table" not in self._lookup:
-            self._lookup["table"] = PolicyTable.from_json(
-                DEFAULT_TABLE_PATH.read_text(), origin=str(DEFAULT_TABLE_PATH)
-            )
-        return self._lookup["table"]
+            self._lookup["table"] = self.table or PolicyTable.read(DEFAULT_TABLE_PATH)
+        table: PolicyTable = self._lookup["table"]
+        if env is not None and env.tokenizer_hash is not None and not self.allow_transfer:
+            key = ("checked", env.model_id, env.tokenizer_hash)
+            if key not in self._lookup:
+                table.check_model(
+                    model_id=env.model_id or table.model_id, tokenizer_hash=env.tokenizer_hash
+                )
+                self._lookup[key] = True
+        return table
 
     def start(self, env: PolicyEnv) -> PaskSession:
-        table = self.resolved_table()
+        table = self.resolved_table(env)
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)
             self._lookup["rules"] = LabelRules.from_table(table)

@@ -294,22 +294,43 @@ class PolicyTable(_Frozen):
             Unreadable file, bad JSON, schema violation, checksum mismatch, or a table made for
             another model or tokenizer while ``allow_transfer`` is False.
         """
+        table = cls.read(path)
+        if not allow_transfer:
+            table.check_model(model_id=model_id, tokenizer_hash=tokenizer_hash, origin=str(path))
+        return table
+
+    @classmethod
+    def read(cls, path: str | Path) -> PolicyTable:
+        """Read and validate a table file without the model check (see :meth:`load`).
+
+        Raises
+        ------
+        PolicyTableError
+            Unreadable file, bad JSON, schema violation or checksum mismatch.
+        """
         source = Path(path)
         try:
             text = source.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise PolicyTableError(f"{source}: cannot read policy table ({exc})") from exc
         table = cls.from_json(text, origin=str(source))
-        if not allow_transfer and (
-            table.model_id != model_id or table.tokenizer_hash != tokenizer_hash
-        ):
+        return table
+
+    def check_model(self, *, model_id: str, tokenizer_hash: str, origin: str = "table") -> None:
+        """Refuse to serve a model or tokenizer this table was not calibrated for.
+
+        Raises
+        ------
+        PolicyTableError
+            ``model_id`` or ``tokenizer_hash`` differs from the table's.
+        """
+        if self.model_id != model_id or self.tokenizer_hash != tokenizer_hash:
             raise PolicyTableError(
-                f"{source}: table was calibrated for model {table.model_id!r} (tokenizer "
-                f"{table.tokenizer_hash[:12]}…), not {model_id!r} (tokenizer "
+                f"{origin}: table was calibrated for model {self.model_id!r} (tokenizer "
+                f"{self.tokenizer_hash[:12]}…), not {model_id!r} (tokenizer "
                 f"{tokenizer_hash[:12]}…); calibrate for this model, or pass allow_transfer=True "
                 "to reuse it on purpose (paper §4.5)"
             )
-        return table
 
 
 def _check_groups(where: str, entries: list[Any]) -> None:

@@ -56,6 +56,11 @@ class BundledModel:
     parts: tuple[tuple[str, str], ...]  # (python package, path inside it), concatenated in order
     sha256: str | None
 
+    @property
+    def model_id(self) -> str:
+        """The upstream model's name, as policy tables record it (``model_id``)."""
+        return self.description.split(" ", 1)[0]
+
 
 BUNDLED: dict[str, BundledModel] = {
     "default": BundledModel(
@@ -321,6 +326,13 @@ def load_tokenizer(name: str = "default") -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(resolve_model_dir(name))
+
+
+def model_id_of(loaded: LoadedModel) -> str:
+    """The name a policy table calibrated for this model records: the upstream name of a
+    bundled model, else the name the model was loaded by."""
+    bundled = BUNDLED.get(ALIASES.get(loaded.name, loaded.name))
+    return bundled.model_id if bundled is not None else loaded.name
 
 
 def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> LoadedModel:

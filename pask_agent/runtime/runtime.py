@@ -17,7 +17,7 @@ import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
-from pask_agent.errors import ConfigError, PaskError, ValidationFailedError
+from pask_agent.errors import ConfigError, PaskError, PolicyTableError, ValidationFailedError
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
@@ -25,6 +25,7 @@ from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers th
 from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.registry import get_policy
+from pask_agent.policy.table import tokenizer_hash
 from pask_agent.runtime.constraint import OutputSpec
 from pask_agent.runtime.engine import (
     Engine,
@@ -36,7 +37,7 @@ from pask_agent.runtime.engine import (
     SequenceState,
 )
 from pask_agent.runtime.limits import check_budget
-from pask_agent.runtime.models import LoadedModel, load_model
+from pask_agent.runtime.models import LoadedModel, load_model, model_id_of
 from pask_agent.runtime.outputs import TEXT, OutputCompiler, parse_tool_calls, schema_prompt
 from pask_agent.runtime.results import ChatResult, Delta, ToolCall, Usage
 from pask_agent.runtime.tool_validation import checked_tool_calls
@@ -64,6 +65,7 @@ class Runtime:
         self._conversations: dict[str, Conversation] = {}
         self._loaded = loaded
         self._model_id: ModelId | None = None
+        self._memo: dict[str, Any] = {}
 
     @classmethod
     @asynccontextmanager
@@ -108,6 +110,18 @@ class Runtime:
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                         request.cancelled = True
 
+    def _served_identity(self) -> tuple[str | None, str | None]:
+        # What a frozen policy table must have been calibrated for: the model's upstream name
+        # and its tokenizer's hash (computed once; a tokenizer without a tokenizer.json cannot
+        # be identified and is left unchecked).
+        if "identity" not in self._memo:
+            try:
+                tok_hash: str | None = tokenizer_hash(self.tokenizer)
+            except PolicyTableError:
+                tok_hash = None
+            self._memo["identity"] = (model_id_of(self._loaded), tok_hash)
+        return self._memo["identity"]
+
     def _session(self, policy: str | Policy | None, budget: float | None) -> Any:
         chosen = self.default_policy if policy is None else _resolve_policy(policy)
         env = PolicyEnv(
@@ -115,6 +129,7 @@ class Runtime:
             self.engine.config.sinks,
             self.engine.config.window,
             self.default_budget if budget is None else check_budget(budget),
+            *self._served_identity(),
         )
         return chosen, chosen.start(env)
 

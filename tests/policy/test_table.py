@@ -178,3 +178,25 @@ def test_registry() -> None:
         registry.register("full")(H2O)
     with pytest.raises(ConfigError, match="lowercase identifier"):
         registry.register("Snap-KV")
+
+
+def test_runtime_refuses_a_table_made_for_another_model(smollm2) -> None:
+    """The shipped table belongs to the default model: PASK on SmolLM2 must say so, on the path
+    users take (``Runtime.chat``), unless the transfer is asked for on purpose."""
+    import anyio
+
+    from pask_agent.errors import PolicyTableError
+    from pask_agent.policy.pask import PaskPolicy
+    from pask_agent.runtime.runtime import Runtime
+
+    msgs = [{"role": "user", "content": "Say hi"}]
+
+    async def main() -> int:
+        async with Runtime.open(smollm2) as rt:
+            with pytest.raises(PolicyTableError, match="calibrated for model 'Qwen2.5-Coder"):
+                await rt.chat(msgs, policy="pask", budget=0.33, max_new_tokens=4)
+            moved = PaskPolicy(allow_transfer=True)
+            out = await rt.chat(msgs, policy=moved, budget=0.33, max_new_tokens=4)
+            return out.usage.completion_tokens
+
+    assert anyio.run(main) == 4
