@@ -4,7 +4,8 @@ Why three layers: the grammar already allows only ``SELECT`` (paper §3.3), but 
 must stay intact even if a query reached SQLite some other way. ``mode=ro`` makes the
 connection read-only at the file level, ``PRAGMA query_only`` refuses writes at the statement
 level, and the authorizer refuses every action but reading (no ``ATTACH``, no ``PRAGMA``, no
-writes, no schema changes). A progress handler enforces the time limit; rows are capped.
+writes, no schema changes, no ``load_extension`` or file functions). A progress handler
+enforces the time limit; rows are capped.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from pask_agent.errors import ConfigError, PaskError
 _ALLOWED_ACTIONS = frozenset(
     {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 )
+# Functions that reach outside the database (files, shared libraries), denied by name even
+# though reading is allowed: this Python's SQLite disables extension loading, but another
+# build may not, and the fileio functions exist wherever that extension is compiled in.
+_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
 _PROGRESS_EVERY = 1000  # SQLite VM instructions between time checks
 
 
@@ -105,6 +110,8 @@ class ReadOnlyDatabase:
 
 
 def _authorize(action: int, arg1: Any, arg2: Any, db: Any, trigger: Any) -> int:
+    if action == sqlite3.SQLITE_FUNCTION and str(arg2).lower() in _DENIED_FUNCTIONS:
+        return sqlite3.SQLITE_DENY
     return sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS else sqlite3.SQLITE_DENY
 
 
