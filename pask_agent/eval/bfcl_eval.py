@@ -66,6 +66,7 @@ class CaseResult:
     full_kv_bytes: int
     measured_b: float
     error: str = ""
+    tagger_fallbacks: int = 0  # generated tokens the structural tagger could not place
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +168,7 @@ async def _run_case(
         u.full_kv_bytes,
         u.measured_b,
         error,
+        u.tagger_fallbacks,
     )
 
 

@@ -43,7 +43,7 @@ keeps at most ``max_rollback`` snapshots (B.7).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pask_agent.errors import GrammarRejectedError, ToolChoiceError
@@ -76,6 +76,7 @@ from pask_agent.grammars.json_nodes import (
     TextFrame,
     TextNode,
     UnionNode,
+    compile_schema,
     output_node,
 )
 from pask_agent.grammars.tags import Tag
@@ -177,6 +178,27 @@ class FunctionCallTagger:
             tool_choice=grammar.tool_choice,
             max_rollback=max_rollback,
         )
+
+    @classmethod
+    def for_schema(
+        cls, schema: Mapping[str, Any], *, layout: JsonLayout | None = None, max_rollback: int = 64
+    ) -> FunctionCallTagger:
+        """A tagger for a structured output: one JSON value of a normalized ``schema``
+        (``json_schema.normalize_schema``), the language ``EbnfBuilder.schema`` compiles.
+
+        Keys, enum values, free values and scaffold get the same tags as inside a tool call's
+        arguments, so a ``runtime.call(Schema, ...)`` answer is spread over the same buckets.
+        """
+        other = object.__new__(cls)
+        other.tools = ()
+        other.parallel = False
+        other.tool_choice = "required"
+        other.layout = layout or JsonLayout()
+        other.max_rollback = max_rollback
+        other._root = compile_schema(schema, other.layout)
+        other._calls = None
+        other._reset()
+        return other
 
     def fresh(self) -> FunctionCallTagger:
         """A new tagger at the start of an output, sharing this one's compiled schema nodes."""

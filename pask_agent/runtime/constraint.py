@@ -7,6 +7,7 @@ matcher split does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ import torch
 import xgrammar as xgr
 
 from pask_agent.grammars.tags import Tag
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ class Constraint:
         try:
             return self.tagger.feed(token_text)
         except Exception:  # noqa: BLE001 - a tagger bug must not break a legal answer
+            # Counted per token in usage (``tagger_fallback``) and logged once per request.
+            logger.warning("structural tagger lost track; default bucket from here", exc_info=True)
             self.tagger_failed = True
             return None
 

@@ -110,6 +110,7 @@ class Finished:
     kv: Any
     ttft_s: float
     tpot_s: float
+    tag_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,7 @@ class Request:
     generator: torch.Generator | None = None
     stream: TokenTextStream | None = None
     demand_bytes: int = 0
+    tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
 
 
 Event = tuple[Request, Delta | Finished | Failed]
@@ -367,7 +369,10 @@ class Engine:
         for i, t in enumerate(new):
             piece = r.stream.push(t)
             delta.append(piece)
-            actions = r.state.session.on_token(r.constraint.tag(piece))
+            tag = r.constraint.tag(piece)
+            key = tag_key(tag, r.constraint)
+            r.tag_counts[key] = r.tag_counts.get(key, 0) + 1
+            actions = r.state.session.on_token(tag)
             self.store.schedule(seq, pos + i, actions)
         r.generated.extend(new)
         r.feed = new
@@ -407,6 +412,7 @@ class Engine:
             kv=kv,
             ttft_s=first - r.submitted,
             tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
+            tag_counts=dict(r.tag_counts),
         )
         self._release(r, drop_sequence=not r.keep_sequence)
         return (r, result)
@@ -428,6 +434,19 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+TAGGER_FALLBACK = "tagger_fallback"
+UNTAGGED = "untagged"
+
+
+def tag_key(tag: Any, constraint: Constraint) -> str:
+    """A generated token's bucket for usage reports: its tag, ``untagged`` for output with no
+    structure to tag (free text), or ``tagger_fallback`` when the tagger lost track of an
+    output the grammar accepted (a bug to fix; the policy then sees the default bucket)."""
+    if tag is not None:
+        return str(tag.key())
+    return TAGGER_FALLBACK if constraint.tagger is not None else UNTAGGED
 
 
 def _separator_ids(tokenizer: Any, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,7 +57,8 @@ class OutputCompiler:
             body = builder.schema(normalized, "$")
             builder.named("root", body)
             compiled = self.compiler.compile_grammar(builder.text(), root_rule_name="root")
-            self._cache[key] = OutputSpec("json", compiled, None, normalized)
+            tagger = FunctionCallTagger.for_schema(normalized)
+            self._cache[key] = OutputSpec("json", compiled, tagger.fresh, normalized)
         return self._cache[key]
 
     def ebnf(

@@ -24,6 +24,13 @@ class Usage:
     peak_kv_bytes: int
     ttft_s: float
     tpot_s: float
+    # Generated tokens per structural bucket (the tag's key), "untagged" for free text, and
+    # "tagger_fallback" for tokens the tagger could not place (should never happen).
+    tag_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tagger_fallbacks(self) -> int:
+        return self.tag_counts.get("tagger_fallback", 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}

@@ -305,6 +305,7 @@ class Runtime:
             peak_kv_bytes=f.kv.peak_bytes,
             ttft_s=f.ttft_s,
             tpot_s=f.tpot_s,
+            tag_counts=dict(f.tag_counts),
         )
         reason = "tool_calls" if calls else f.reason
         return ChatResult(f.text, calls, usage, reason, f.token_ids)
@@ -320,9 +321,13 @@ class Runtime:
         temperature: float = 0.0,
         seed: int | None = None,
         system: str | None = None,
+        with_usage: bool = False,
     ) -> Any:
         """Structured output: a Pydantic model class → a validated instance; a JSON Schema dict
-        → a validated dict; a list of tools → the list of ``ToolCall`` the model made."""
+        → a validated dict; a list of tools → the list of ``ToolCall`` the model made.
+
+        ``with_usage=True`` returns ``(value, usage)``: tokens, measured KV bytes and B, and
+        the generated tokens per structural bucket (``usage.tag_counts``)."""
         kw = dict(
             policy=policy,
             budget=budget,
@@ -338,7 +343,8 @@ class Runtime:
                     f"no complete tool call (finish_reason={result.finish_reason}); raise "
                     f"max_new_tokens: {result.text[:200]!r}"
                 )
-            return list(result.tool_calls)
+            calls = list(result.tool_calls)
+            return (calls, result.usage) if with_usage else calls
         model_cls = schema if _is_pydantic_class(schema) else None
         if model_cls is not None:
             json_schema = model_cls.model_json_schema()
@@ -356,14 +362,15 @@ class Runtime:
         try:
             value = json.loads(result.text)
             if model_cls is not None:
-                return model_cls.model_validate(value)
-            jsonschema.validate(value, json_schema)
-            return value
+                value = model_cls.model_validate(value)
+            else:
+                jsonschema.validate(value, json_schema)
         except Exception as exc:  # noqa: BLE001 - re-raised typed, with the answer attached
             raise ValidationFailedError(
                 f"answer does not validate ({exc}); raise max_new_tokens if it was cut "
                 f"(finish_reason={result.finish_reason}): {result.text[:200]!r}"
             ) from exc
+        return (value, result.usage) if with_usage else value
 
     def end_conversation(self, conversation_id: str) -> None:
         """Forget a conversation and free its KV (at the engine's next step)."""

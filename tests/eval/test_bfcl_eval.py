@@ -114,6 +114,7 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
     single = [r for r in rows if r["category"] in ("simple_python", "multiple")]
     assert len(single) == 4 and all(r["valid_call"] for r in single)
     assert all(r["valid_call"] for r in rows if r["policy"] == "full")
+    assert all(r["tagger_fallbacks"] == 0 for r in rows)  # every token placed in a bucket
     cases = {c.id: c for c in load_split("dev", 1)}
     for r in rows:
         assert r["correct"] == ast_check(cases[r["id"]], r["calls"])
