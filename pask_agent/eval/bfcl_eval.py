@@ -34,6 +34,7 @@ from typing import Any
 import anyio
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.eval.paired import PairedComparison, compare_paired, paired_table
 from pask_agent.eval.plots import plot_accuracy_vs_budget
 from pask_agent.eval.splits import PARTITIONS, cases_in
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
@@ -219,6 +220,21 @@ def markdown_table(summaries: Sequence[ConfigSummary], *, title: str = "") -> st
     return "\n".join(lines) + "\n"
 
 
+def paired_against_full(results: Sequence[CaseResult]) -> list[tuple[str, PairedComparison]]:
+    """Each configuration against Full KV on the cases both answered (empty without Full KV)."""
+    reference = {r.id: r.correct for r in results if r.policy == "full"}
+    if not reference:
+        return []
+    configs: dict[tuple[str, float], dict[str, bool]] = {}
+    for r in results:
+        if r.policy != "full":
+            configs.setdefault((r.policy, r.budget), {})[r.id] = r.correct
+    return [
+        (f"{policy} @ {budget:.2f}", compare_paired(correct, reference))
+        for (policy, budget), correct in configs.items()
+    ]
+
+
 def write_results(
     out: Path, results: Sequence[CaseResult], summaries: Sequence[ConfigSummary], note: str
 ) -> None:
@@ -227,12 +243,23 @@ def write_results(
     with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+    paired = paired_against_full(results)
     out.with_suffix(".json").write_text(
-        json.dumps({"note": note, "summaries": [asdict(s) for s in summaries]}, indent=2) + "\n",
+        json.dumps(
+            {
+                "note": note,
+                "summaries": [asdict(s) for s in summaries],
+                "paired_vs_full": {name: asdict(c) for name, c in paired},
+            },
+            indent=2,
+        )
+        + "\n",
         encoding="utf-8",
     )
     title = "BFCL non-live: accuracy and measured KV budget"
     table = markdown_table(summaries, title=title)
+    if paired:
+        table += "\n## Against Full KV on the same cases (paired)\n\n" + paired_table(paired)
     image = plot_accuracy_vs_budget(summaries, out.with_suffix(".png"), title=title)
     out.with_suffix(".md").write_text(
         f"{table}\n![accuracy vs measured B]({image.name})\n\n{note}\n", encoding="utf-8"

@@ -120,7 +120,9 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
         assert r["correct"] == ast_check(cases[r["id"]], r["calls"])
     table = out.with_suffix(".md").read_text()
     assert "| full | 1.00 |" in table and "| pask | 0.33 |" in table
-    assert json.loads(out.with_suffix(".json").read_text())["summaries"][1]["policy"] == "pask"
+    stored = json.loads(out.with_suffix(".json").read_text())
+    assert stored["summaries"][1]["policy"] == "pask"
+    assert stored["paired_vs_full"]["pask @ 0.33"]["n"] == 4 and "McNemar p" in table
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"]({out.name}.png)" in table
 
