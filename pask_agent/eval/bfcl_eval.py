@@ -95,17 +95,21 @@ async def run_config(
     max_new_tokens: int = 200,
     system: str | None = None,
     output: Any = None,
+    traces: list[Any] | None = None,
 ) -> list[CaseResult]:
     """All ``cases`` under one policy and budget, submitted together (the runtime batches).
 
     ``system`` replaces the chat template's default system line (the tool list is still
     rendered by the template after it). ``output(case)``, if given, returns another output
-    format for a case: ``(OutputSpec, parse)`` where ``parse(text)`` gives call dicts."""
+    format for a case: ``(OutputSpec, parse)`` where ``parse(text)`` gives call dicts.
+    ``traces``, if given, receives one calibration trace per case (default output format)."""
     results: list[CaseResult | None] = [None] * len(cases)
 
     async def one(i: int, case: BfclCase) -> None:
         spec = output(case) if output is not None else None
-        results[i] = await _run_case(rt, case, policy, budget, max_new_tokens, system, spec)
+        results[i] = await _run_case(
+            rt, case, policy, budget, max_new_tokens, system, spec, traces
+        )
 
     async with anyio.create_task_group() as tg:
         for i, case in enumerate(cases):
@@ -121,6 +125,7 @@ async def _run_case(
     max_new_tokens: int,
     system: str | None,
     output: Any = None,
+    traces: list[Any] | None = None,
 ) -> CaseResult:
     request = case.request()
     if system is not None:
@@ -139,6 +144,10 @@ async def _run_case(
             case.id, case.category, policy, budget, False, False, (), "", "error",
             0, 0, 0, 0, 0.0, f"{type(exc).__name__}: {exc}",
         )  # fmt: skip
+    if traces is not None and output is None:
+        from pask_agent.eval.trace_recording import case_trace
+
+        traces.append(case_trace(case, request, result, rt.model_id))
     if output is None:
         calls = tuple({"name": c.name, "arguments": c.arguments} for c in result.tool_calls)
         valid = bool(calls) and result.finish_reason == "tool_calls"
@@ -296,8 +305,11 @@ async def evaluate(
     max_new_tokens: int = 200,
     log: Any = print,
     categories: Sequence[str] = NON_LIVE_CATEGORIES,
+    traces_out: Path | None = None,
 ) -> list[ConfigSummary]:
-    """Run every configuration and rewrite the result files after each one."""
+    """Run every configuration and rewrite the result files after each one.
+
+    ``traces_out`` writes the Full-KV run's cases as calibration traces (in case order)."""
     from pask_agent.policy.registry import get_policy
     from pask_agent.runtime.engine import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
@@ -319,7 +331,15 @@ async def evaluate(
     async with Runtime.open(model, config=config) as rt:
         for policy, budget in plan:
             start = time.perf_counter()
-            batch = await run_config(rt, cases, policy, budget, max_new_tokens=max_new_tokens)
+            traces: list[Any] | None = [] if traces_out and policy == "full" else None
+            batch = await run_config(
+                rt, cases, policy, budget, max_new_tokens=max_new_tokens, traces=traces
+            )
+            if traces is not None and traces_out is not None:
+                from pask_agent.calibration.traces import write_traces
+
+                order = {c.id: i for i, c in enumerate(cases)}
+                write_traces(traces_out, sorted(traces, key=lambda t: order[t.id]))
             summary = summarize(batch, time.perf_counter() - start)
             results += batch
             summaries.append(summary)
@@ -342,6 +362,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="results/bfcl_dev", help="output path without extension")
     p.add_argument("--model", default="default")
     p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument(
+        "--traces-out", type=Path, default=None, help="write the Full-KV run as traces (JSONL)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -361,6 +384,7 @@ def run(args: argparse.Namespace) -> int:
             out=Path(args.out),
             model=args.model,
             max_new_tokens=args.max_new_tokens,
+            traces_out=getattr(args, "traces_out", None),
         )
     )
     return 0

@@ -40,30 +40,35 @@ def bfcl_categories(text: str) -> list[str]:
     return names
 
 
+def case_trace(case: BfclCase, request: dict[str, Any], result: Any, model: Any) -> Trace:
+    """One served BFCL case as a trace: its output ids, the checker's verdict and a reference
+    to score a replayed output against."""
+    calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+    ok = bool(calls) and result.finish_reason == "tool_calls" and ast_check(case, calls)
+    return Trace(
+        messages=tuple(messages_json(request["messages"])),
+        output=result.text,
+        output_token_ids=tuple(result.token_ids),
+        model=model,
+        tools=tuple(t.to_openai() for t in request["tools"]),
+        tool_choice=request["tool_choice"],
+        parallel_tool_calls=request["parallel_tool_calls"],
+        ok=ok,
+        reference={"checker": "bfcl_ast", "case_id": case.id, "category": case.category},
+        id=case.id,
+    )
+
+
 async def record_cases(
     rt: Any, cases: Sequence[BfclCase], *, max_new_tokens: int = 200
 ) -> list[Trace]:
     """Serve ``cases`` at Full KV together (the runtime batches) and return their traces."""
-    model = rt.model_id
     traces: list[Trace | None] = [None] * len(cases)
 
     async def one(i: int, case: BfclCase) -> None:
         request = case.request()
         result = await rt.chat(**request, policy="full", max_new_tokens=max_new_tokens)
-        calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
-        ok = bool(calls) and result.finish_reason == "tool_calls" and ast_check(case, calls)
-        traces[i] = Trace(
-            messages=tuple(messages_json(request["messages"])),
-            output=result.text,
-            output_token_ids=tuple(result.token_ids),
-            model=model,
-            tools=tuple(t.to_openai() for t in request["tools"]),
-            tool_choice=request["tool_choice"],
-            parallel_tool_calls=request["parallel_tool_calls"],
-            ok=ok,
-            reference={"checker": "bfcl_ast", "case_id": case.id, "category": case.category},
-            id=case.id,
-        )
+        traces[i] = case_trace(case, request, result, rt.model_id)
 
     async with anyio.create_task_group() as tg:
         for i, case in enumerate(cases):

@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from pask_agent.calibration.traces import read_traces
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl_eval import (
     CaseResult,
@@ -103,6 +104,7 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
             out=out,
             max_new_tokens=160,
             log=lambda _: None,
+            traces_out=tmp_path / "dev_traces.jsonl",
         )
     )
     full, pask = summaries
@@ -115,6 +117,11 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
     assert len(single) == 4 and all(r["valid_call"] for r in single)
     assert all(r["valid_call"] for r in rows if r["policy"] == "full")
     assert all(r["tagger_fallbacks"] == 0 for r in rows)  # every token placed in a bucket
+    traces = read_traces(tmp_path / "dev_traces.jsonl")  # the Full-KV run, as traces
+    full_rows = {r["id"]: r for r in rows if r["policy"] == "full"}
+    assert [t.id for t in traces] == list(full_rows)
+    assert all(t.ok == full_rows[t.id]["correct"] for t in traces)
+    assert all(t.output == full_rows[t.id]["text"] for t in traces)
     cases = {c.id: c for c in load_split("dev", 1)}
     for r in rows:
         assert r["correct"] == ast_check(cases[r["id"]], r["calls"])
