@@ -96,19 +96,22 @@ async def run_config(
     system: str | None = None,
     output: Any = None,
     traces: list[Any] | None = None,
+    parallel: bool | None = None,
 ) -> list[CaseResult]:
     """All ``cases`` under one policy and budget, submitted together (the runtime batches).
 
     ``system`` replaces the chat template's default system line (the tool list is still
     rendered by the template after it). ``output(case)``, if given, returns another output
     format for a case: ``(OutputSpec, parse)`` where ``parse(text)`` gives call dicts.
-    ``traces``, if given, receives one calibration trace per case (default output format)."""
+    ``traces``, if given, receives one calibration trace per case (default output format).
+    ``parallel`` overrides the category's ``parallel_tool_calls`` (True: every case may answer
+    with an array of calls, as a chat app would allow; extra calls then fail the checker)."""
     results: list[CaseResult | None] = [None] * len(cases)
 
     async def one(i: int, case: BfclCase) -> None:
         spec = output(case) if output is not None else None
         results[i] = await _run_case(
-            rt, case, policy, budget, max_new_tokens, system, spec, traces
+            rt, case, policy, budget, max_new_tokens, system, spec, traces, parallel
         )
 
     async with anyio.create_task_group() as tg:
@@ -126,8 +129,11 @@ async def _run_case(
     system: str | None,
     output: Any = None,
     traces: list[Any] | None = None,
+    parallel: bool | None = None,
 ) -> CaseResult:
     request = case.request()
+    if parallel is not None:
+        request["parallel_tool_calls"] = parallel
     if system is not None:
         request["messages"] = [{"role": "system", "content": system}, *request["messages"]]
     if output is not None:  # another output format: (OutputSpec, text -> calls)

@@ -10,7 +10,10 @@ study tries the levers that do not touch the model, on the dev split only:
 * prompt: the template's default system line, a line saying a request may need several calls,
   BFCL's own instruction for prompting models, and one worked example;
 * decoding: greedy, or continuing the array of calls whenever the model gives "another call" at
-  least probability τ (``RuntimeConfig.continue_calls_at``).
+  least probability τ (``RuntimeConfig.continue_calls_at``);
+* ``+par`` lets every case answer with an array (``parallel_tool_calls=True`` as a chat app
+  would): on single-call categories an extra call fails the checker, so this measures whether
+  a threshold makes the model over-call.
 
 Usage::
 
@@ -80,16 +83,19 @@ class Variant:
     fmt: str
     prompt: str
     tau: float | None
+    all_parallel: bool = False  # "+par": every case may answer with several calls
 
     @classmethod
     def parse(cls, name: str) -> Variant:
         parts = name.split("+")
-        fmt, prompt, tau = parts[0], "template", None
+        fmt, prompt, tau, all_parallel = parts[0], "template", None, False
         if fmt not in FORMATS:
             raise ConfigError(f"variant {name!r}: format must be one of {', '.join(FORMATS)}")
         for part in parts[1:]:
             if part in PROMPTS:
                 prompt = part
+            elif part == "par":
+                all_parallel = True
             elif part.startswith("tau"):
                 try:
                     tau = float(part[3:])
@@ -100,7 +106,7 @@ class Variant:
                     f"variant {name!r}: unknown part {part!r}; prompts: {', '.join(PROMPTS)}; "
                     "thresholds: tau<number>"
                 )
-        return cls(name, fmt, prompt, tau)
+        return cls(name, fmt, prompt, tau, all_parallel)
 
 
 def wrapped_output(fmt: str, rt: Any) -> Callable[[BfclCase], tuple[Any, Any]] | None:
@@ -161,6 +167,7 @@ async def run_variant(
             max_new_tokens=max_new_tokens,
             system=PROMPTS[variant.prompt],
             output=wrapped_output(variant.fmt, rt),
+            parallel=True if variant.all_parallel else None,
         )
         summary = summarize(rows, time.perf_counter() - start)
     return rows, summary
