@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import xgrammar as xgr
 
 from pask_agent.errors import (
     ConfigError,
@@ -371,3 +373,25 @@ def test_unicode_and_emoji_in_names_schemas_and_prompts_work(tiny: LoadedModel) 
     assert calls[0].arguments["ville_🏙"] in ("Zürich", "東京", "🌍")
     assert value["名前"] in ("🍣", "Ünïcødé")
     assert text.usage.prompt_tokens > 0 and text.usage.completion_tokens >= 1
+
+
+def test_unicode_sql_names_values_and_path_work(tmp_path: Path) -> None:
+    path = tmp_path / "menü 🍽.sqlite"
+    con = sqlite3.connect(path)
+    con.execute('CREATE TABLE "café_☕" ("名前" TEXT, "prix €" REAL)')
+    con.executemany('INSERT INTO "café_☕" VALUES (?, ?)', [("寿司🍣", 9.5), ("Crème brûlée", 7.0)])
+    con.commit()
+    con.close()
+    assistant = SQLiteAssistant(path)
+    assert (
+        'CREATE TABLE "café_☕"' in assistant.system_prompt
+        and "'寿司🍣'" in assistant.system_prompt
+    )
+    sql = 'SELECT "prix €" FROM "café_☕" WHERE "名前" = \'寿司🍣\''
+    tokenizer = load_tokenizer("default")
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info).compile_grammar(assistant.grammar))
+    assert all(matcher.accept_token(t) for t in tokenizer.encode(sql, add_special_tokens=False))
+    assert matcher.is_completed()
+    assert assistant.run_sql(sql).rows == ((9.5,),)
+    assistant.close()
