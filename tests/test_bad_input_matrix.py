@@ -395,3 +395,19 @@ def test_unicode_sql_names_values_and_path_work(tmp_path: Path) -> None:
     assert matcher.is_completed()
     assert assistant.run_sql(sql).rows == ((9.5,),)
     assistant.close()
+
+
+def test_conversation_id_reused_across_models_in_langchain() -> None:
+    """Caller-chosen ids are bound to a model; refused before any model is loaded."""
+    import uuid
+
+    from pask_agent.integrations._portal import runtime_registry
+    from pask_agent.integrations.langchain import PaskChatModel
+
+    cid = f"user-{uuid.uuid4().hex}"
+    runtime_registry().bind_conversation(cid, "default")
+    runtime_registry().bind_conversation(cid, "default")  # same model: the same conversation
+    with pytest.raises(ConfigError, match=rf"'{cid}' is already used with model 'default'"):
+        PaskChatModel(model="smollm2-135m", conversation_id=cid).invoke("hi")
+    with pytest.raises(ConfigError, match="pass another conversation_id"):
+        PaskChatModel(model="smollm2-135m").invoke("hi", conversation_id=cid)

@@ -171,6 +171,26 @@ class RuntimeRegistry:
         self._lock = threading.Lock()
         self._hosts: dict[str, RuntimeHost] = {}
         self._exit_hook = False
+        self._conversation_models: dict[str, str] = {}
+
+    def bind_conversation(self, conversation_id: str, model: str) -> None:
+        """Tie a caller-chosen conversation id to the model of its first turn.
+
+        Its KV lives in that model's runtime; the same id on another model would silently
+        start an unrelated conversation there, so it is refused instead.
+
+        Raises
+        ------
+        ConfigError
+            The id was already used with another model.
+        """
+        with self._lock:
+            first = self._conversation_models.setdefault(conversation_id, model)
+        if first != model:
+            raise ConfigError(
+                f"conversation_id {conversation_id!r} is already used with model {first!r}; a "
+                f"conversation's KV cannot move to model {model!r}: pass another conversation_id"
+            )
 
     def host(self, model: str) -> RuntimeHost:
         if not isinstance(model, str) or not model:

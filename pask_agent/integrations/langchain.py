@@ -83,7 +83,9 @@ class PaskChatModel(BaseChatModel):
         KV bytes / Full-KV bytes); ``None`` keeps the policy's default.
     conversation_id, reuse_prefix
         Runtime conversation of this call (default: derived from the opening messages when
-        ``reuse_prefix``), so agent-loop steps reuse the KV of their common prefix.
+        ``reuse_prefix``), so agent-loop steps reuse the KV of their common prefix. An id is
+        tied to the model of its first turn: reusing it with another model raises
+        ``ConfigError``.
     tool_result_hint
         System line appended after trailing tool results in ``"auto"`` mode (``None``: off).
     record_traces
@@ -303,6 +305,8 @@ class PaskChatModel(BaseChatModel):
             if openai_messages[-1]["role"] == "tool":
                 openai_messages.append({"role": "system", "content": self.tool_result_hint})
         conversation = kwargs.get("conversation_id", self.conversation_id)
+        if conversation is not None:  # a caller's id; derived ids below include the model
+            runtime_registry().bind_conversation(conversation, model)
         if conversation is None and self.reuse_prefix:
             conversation = conversation_key(
                 model,
