@@ -25,110 +25,32 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import random
 import shlex
 import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
-from pydantic import BaseModel
 
-from pask_agent.eval.soak_report import KINDS, build_report, environment, write
+from pask_agent.eval.soak_report import build_report, environment, write
+from pask_agent.eval.soak_workload import (
+    STRUCTURED,
+    TOOLS,
+    Planned,
+    SoakConfig,
+    plan,
+    warm_up_plan,
+)
 from pask_agent.eval.sql_data import load_sample_questions
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.runtime.engine import RuntimeConfig
 from pask_agent.runtime.models import LoadedModel, load_model
 from pask_agent.runtime.results import ChatResult, Delta
 from pask_agent.runtime.runtime import Runtime
-
-CITIES = ("Oslo", "Paris", "Tokyo", "Lima", "Cairo", "Perth", "Quito", "Seoul")
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "get_weather",
-        "description": "Current weather for a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "enum": list(CITIES)},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-    {
-        "name": "local_time",
-        "description": "The local time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "enum": list(CITIES)}},
-            "required": ["city"],
-        },
-    },
-]
-TOOL_PROMPTS = (
-    "What is the weather like in {city} right now?",
-    "What time is it in {city}?",
-    "Is it cold in {city} today, in fahrenheit?",
-    "Tell me the local time in {city}, please.",
-)
-
-
-class Sentiment(BaseModel):
-    """A review's sentiment: enum-only, so a grammar-complete answer is a few tokens."""
-
-    label: Literal["positive", "negative", "neutral"]
-
-
-class Rating(BaseModel):
-    """A score out of five and whether to recommend."""
-
-    stars: Literal[1, 2, 3, 4, 5]  # an enum: the grammar enforces it (ge/le it would not)
-    recommend: bool
-
-
-STRUCTURED = (
-    (Sentiment, "Classify the sentiment of this review: '{text}'"),
-    (Rating, "Rate this review from 1 to 5 stars: '{text}'"),
-)
-REVIEWS = (
-    "The soup was cold and the waiter ignored us.",
-    "Lovely little place, great coffee.",
-    "It was fine, nothing special.",
-    "Best pizza I have had in years!",
-    "The room was noisy but the staff were kind.",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SoakConfig:
-    """How hard to push. The defaults are the full soak of issue 14 on the default model."""
-
-    model: str = "default"
-    requests: int = 200
-    concurrency: int = 32
-    cancel_fraction: float = 0.25
-    timeout_fraction: float = 0.1
-    max_new_tokens: int = 32
-    time_limit_s: float = 1800.0
-    rss_tolerance: float = 0.10
-    seed: int = 0
-    max_batch: int = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """One request of the soak: its workload, its fate and the text it sends."""
-
-    index: int
-    kind: str
-    fate: Literal["complete", "cancel", "timeout"]
-    prompt: str
-    delay_s: float  # cancel: seconds before the cancel (0: right after the first token)
 
 
 @dataclass
@@ -140,35 +62,6 @@ class Outcome:
     latency_s: float = 0.0
     error: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
-
-
-def plan(config: SoakConfig, sql_questions: list[tuple[str, str]]) -> list[Planned]:
-    """A seeded request list: kinds in turn, a quarter cancelled, some with short deadlines."""
-    rng = random.Random(config.seed)
-    n = config.requests
-    n_cancel = round(n * config.cancel_fraction)
-    n_timeout = round(n * config.timeout_fraction)
-    fates = ["cancel"] * n_cancel + ["timeout"] * n_timeout
-    fates += ["complete"] * (n - len(fates))
-    rng.shuffle(fates)
-    out = []
-    for i, fate in enumerate(fates):
-        kind = KINDS[i % len(KINDS)]
-        if kind == "tools":
-            prompt = rng.choice(TOOL_PROMPTS).format(city=rng.choice(CITIES))
-        elif kind == "structured":
-            prompt = str(rng.randrange(len(STRUCTURED))) + "|" + rng.choice(REVIEWS)
-        else:
-            db, question = rng.choice(sql_questions)
-            prompt = f"{db}|{question}"
-        # Tool requests are cancelled right after their first token (surely mid-decode); the
-        # others after a random delay, which lands in the queue, the prefill, the decode or
-        # the SQL execution.
-        delay = 0.0 if kind == "tools" else rng.uniform(0.2, 6.0)
-        if fate == "timeout":
-            delay = rng.uniform(0.05, 0.4)
-        out.append(Planned(i, kind, fate, prompt, delay))  # type: ignore[arg-type]
-    return out
 
 
 class Soak:
@@ -325,11 +218,8 @@ async def run_soak(
             for db, path in data.databases
         }
         soak = Soak(rt, config, assistants)
-        # Warm-up: one wave of completed requests of every kind grows the KV pools towards
-        # their working size and compiles every grammar, so the baseline is the warm process.
-        warm_cfg = SoakConfig(**{**asdict(config), "cancel_fraction": 0.0, "timeout_fraction": 0.0})
-        warm_n = min(config.concurrency, config.max_batch)
-        warm = plan(warm_cfg, questions)[:warm_n]
+        warm = warm_up_plan(config, questions)
+        warm_n = len(warm)
         t0 = time.perf_counter()
         warm_out: list[Outcome] = []
         await soak.run(warm, warm_out)
@@ -402,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     argv = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "-m", "pask_agent.eval.soak", *argv])
+    env = environment(command)
     report = anyio.run(lambda: run_soak(config, progress=lambda m: print(m, flush=True)))
-    report.update(environment(command))
+    report.update(env)
     write(report, Path(args.out))
     print(Path(args.out).with_suffix(".md").read_text())
     return 0 if report["passed"] else 1

@@ -15,11 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from pask_agent.eval.soak import Outcome, SoakConfig
-    from pask_agent.runtime.models import LoadedModel
+from pask_agent.eval.soak_workload import KINDS, SoakConfig
 
-KINDS = ("tools", "structured", "sql")
+if TYPE_CHECKING:
+    from pask_agent.eval.soak import Outcome
+    from pask_agent.runtime.models import LoadedModel
 
 
 def build_report(
@@ -107,22 +107,28 @@ def build_report(
 
 
 def environment(command: str) -> dict[str, Any]:
-    """The command line, git commit and machine a result came from."""
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+    """The command line, git commit and machine a result comes from (call it at the start).
+
+    ``git_modified`` lists tracked files of the package that differ from the commit, so a
+    result run on a working tree with edits says so.
+    """
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(
+                ["git", *args], capture_output=True, text=True, check=True, cwd=package
+            ).stdout
+        except (OSError, subprocess.CalledProcessError):
+            return "unknown"
+
+    package = Path(__file__).resolve().parents[1]
+    modified = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     import torch
 
     return {
         "command": command,
-        "git_commit": commit,
+        "git_commit": git("rev-parse", "HEAD").strip(),
+        "git_modified": [line[3:] for line in modified.splitlines() if line != "unknown"],
         "machine": {
             "platform": platform.platform(),
             "processor": platform.processor() or platform.machine(),
@@ -139,12 +145,14 @@ def write(report: dict[str, Any], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
     mib = 1 << 20
+    edited = report.get("git_modified")
+    edits = f" (local edits to {', '.join(edited)})" if edited else ""
     lines = [
         f"# Soak: {report['requests']} of {report['requests_planned']} requests ended, "
         f"concurrency {report['concurrency']} "
         f"({report['model']}) — {'PASSED' if report['passed'] else 'FAILED'}",
         "",
-        f"Command: `{report['command']}` at commit `{report['git_commit'][:10]}` on "
+        f"Command: `{report['command']}` at commit `{report['git_commit'][:10]}`{edits} on "
         f"{report['machine']['cpu_count']} CPUs ({report['machine']['platform']}).",
         "",
         f"Wall time {report['wall_s']} s after a {report['warmup_s']} s warm-up of "
