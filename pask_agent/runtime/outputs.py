@@ -109,7 +109,13 @@ def _type_name(node: dict[str, Any]) -> str:
         return " or ".join(_type_name(n) for n in node["anyOf"])
     kind = node.get("type", "any JSON value")
     if kind == "array":
-        return f"list of {_type_name(node.get('items', {}))}"
+        # ``items`` may be ``False`` (a closed tuple) or absent (any items).
+        items = node.get("items", {})
+        rest = _type_name(items) if isinstance(items, dict) else None
+        head = ", ".join(_type_name(p) for p in node.get("prefixItems", ()))
+        if head:
+            return f"list of [{head}]" + (f" then {rest}" if rest else "")
+        return f"list of {rest}" if rest else "empty list"
     return str(kind)
 
 
