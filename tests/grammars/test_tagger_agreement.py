@@ -16,9 +16,11 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
+import numpy as np
 import pytest
 import xgrammar as xgr
-from hypothesis import HealthCheck, assume, given, settings
+from fuzzing import fuzz_settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pask_agent.errors import GrammarRejectedError
@@ -267,7 +269,7 @@ def _agree(x_reject: int | None, t_reject: int | None, pieces_empty_until: int) 
     )
 
 
-_SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = fuzz_settings(12)
 
 
 @pytest.mark.parametrize("model", list(VOCAB_SIZES))
@@ -325,3 +327,86 @@ def test_bfcl_ground_truths_agree_with_xgrammar_token_by_token() -> None:
                 tagger.feed(piece)
                 assert tagger.is_complete == _stop_allowed(matcher, stop, bitmask)
             assert tagger.is_complete and json.loads(ground_truth_text(case))
+
+
+# ---- random token walks: tokenizations the tokenizer never makes, but a model can ---------------
+_STRUCTURE = frozenset('{}[]",: 0123456789.-+eE\\')
+
+
+@cache
+def _walk_ids(model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids a walk may take (no special or stop tokens), those whose text is JSON structure or
+    digits (to drive calls forward), and those safe to inject (whole characters on their own)."""
+    tokenizer, _, stop = _toolkit(model)
+    n = min(len(tokenizer), VOCAB_SIZES[model])
+    texts = tokenizer.batch_decode([[i] for i in range(n)])
+    banned = _specials(model) | {stop}
+    ok = np.array([i for i in range(n) if i not in banned])
+    structural = np.array([i for i in ok if texts[i] and set(texts[i]) <= _STRUCTURE])
+    whole = np.array([i for i in ok if texts[i] and "\ufffd" not in texts[i]])
+    return ok, structural, whole
+
+
+@cache
+def _openers(model: str) -> np.ndarray:
+    """Ids whose text starts a JSON value: ``{`` or ``[``."""
+    tokenizer = _toolkit(model)[0]
+    ids = _walk_ids(model)[1]
+    return np.array([i for i in ids if tokenizer.decode([int(i)])[:1] in "{["])
+
+
+def _allowed(matcher: xgr.GrammarMatcher, bitmask: Any, vocab: int) -> np.ndarray:
+    matcher.fill_next_token_bitmask(bitmask)
+    return np.unpackbits(bitmask.numpy().view(np.uint8), bitorder="little")[:vocab].astype(bool)
+
+
+@pytest.mark.parametrize("model", list(VOCAB_SIZES))
+@pytest.mark.parametrize("config", list(CONFIGS))
+@fuzz_settings(6)
+@given(data=st.data())
+def test_random_token_walks_agree(model: str, config: str, data: Any) -> None:
+    """Walk random tokens xgrammar's mask allows (half the time among structural tokens, so
+    walks reach nested arguments and later calls), maybe end with one it forbids; the tagger,
+    fed the same tokens' text, must accept exactly what xgrammar accepted, agree on
+    completion after every token, and reject the forbidden token."""
+    tokenizer, _, stop = _toolkit(model)
+    vocab = VOCAB_SIZES[model]
+    ok, structural, whole = _walk_ids(model)
+    openers = _openers(model)
+    matcher = _grammar(model, config).matcher()
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    steps = data.draw(st.integers(1, 40), label="steps")
+    ids: list[int] = []
+    complete: list[bool] = []  # xgrammar allows the stop token after ids[: i + 1]
+    for _ in range(steps):
+        allowed = _allowed(matcher, bitmask, vocab)
+        pool = ok[allowed[ok]]
+        # structure half the time, so walks reach arguments and later calls; under "auto"
+        # most first tokens start free text, so a structural first token opens JSON
+        choice = structural if ids else structural[np.isin(structural, openers)]
+        if data.draw(st.booleans(), label="structural") and allowed[choice].any():
+            pool = choice[allowed[choice]]
+        if not len(pool):
+            break  # only the stop token is left: the output is complete
+        token = int(pool[data.draw(st.integers(0, len(pool) - 1), label="token")])
+        assert matcher.accept_token(token)
+        ids.append(token)
+        complete.append(_stop_allowed(matcher, stop, bitmask))
+    forbidden = whole[~_allowed(matcher, bitmask, vocab)[whole]]  # free text may forbid none
+    injected = bool(len(forbidden)) and not data.draw(st.booleans(), label="end_valid")
+    if injected:
+        token = int(forbidden[data.draw(st.integers(0, len(forbidden) - 1), label="forbidden")])
+        assert not matcher.accept_token(token)
+        ids.append(token)
+    pieces = token_texts(tokenizer, ids)
+    tagger = FunctionCallTagger.from_grammar(_grammar(model, config))
+    accepted = len(ids) - injected
+    for i in range(accepted):
+        tagger.feed(pieces[i]).validate("function_calling")
+        assert tagger.is_complete == complete[i], (ids[: i + 1], pieces[: i + 1])
+    if injected:
+        # A forbidden token whose text only completes in context (a split character) says
+        # nothing about the tagger: the model could never have produced it there anyway.
+        assume(pieces[-1] and "\ufffd" not in pieces[-1])
+        with pytest.raises(GrammarRejectedError):
+            tagger.feed(pieces[-1]).validate("function_calling")
