@@ -179,14 +179,43 @@ RUNTIME_ROWS: list[tuple[str, Callable[[Runtime], Awaitable[Any]], type[PaskErro
 BUDGETS = [0.0, -0.25, 1.5, float("nan")]
 
 
+@pytest.fixture(scope="module")
+def refusals(tiny: LoadedModel) -> dict[str, BaseException | None]:
+    """Every runtime row asked of one runtime (opening one costs seconds of tokenizer setup);
+    each row's test then checks what its request raised."""
+
+    async def body(rt: Runtime) -> dict[str, BaseException | None]:
+        out: dict[str, BaseException | None] = {}
+        for row_id, ask, _, _ in RUNTIME_ROWS:
+            try:
+                await ask(rt)
+                out[row_id] = None
+            except Exception as exc:  # noqa: BLE001 - the row's test checks type and message
+                out[row_id] = exc
+        assert not rt.engine.inbox and not rt.engine.live  # nothing was queued
+        return out
+
+    return _run(tiny, body)
+
+
 @pytest.mark.parametrize(
-    ("ask", "error", "message"),
-    [row[1:] for row in RUNTIME_ROWS],
+    ("row_id", "error", "message"),
+    [(row[0], row[2], row[3]) for row in RUNTIME_ROWS],
     ids=[row[0] for row in RUNTIME_ROWS],
 )
-def test_runtime_rejects(tiny: LoadedModel, ask: Any, error: type, message: str) -> None:
-    with pytest.raises(error, match=message):
-        _run(tiny, ask)
+def test_runtime_rejects(
+    refusals: dict[str, BaseException | None], row_id: str, error: type, message: str
+) -> None:
+    raised = refusals[row_id]
+    assert isinstance(raised, error), repr(raised)
+    assert re.search(message, str(raised)), str(raised)
+
+
+def test_errors_leave_runtime_open_unwrapped(tiny: LoadedModel) -> None:
+    """A typed error escaping ``async with Runtime.open(...)`` is itself, not an
+    ``ExceptionGroup`` from the runtime's task group."""
+    with pytest.raises(SchemaError, match="the tool list is empty"):
+        _run(tiny, lambda rt: rt.call([], "hi"))
 
 
 def test_request_that_never_fits_the_kv_capacity_is_refused_not_queued(tiny: LoadedModel) -> None:
@@ -208,9 +237,27 @@ def test_request_that_never_fits_the_kv_capacity_is_refused_not_queued(tiny: Loa
 def test_budget_outside_zero_one(tiny: LoadedModel, budget: float) -> None:
     expected = rf"budget {re.escape(repr(budget))} is outside \(0, 1\]: B is the fraction"
     with pytest.raises(ConfigError, match=expected):
-        _run(tiny, lambda rt: rt.chat(_user("hi"), policy="pask", budget=budget))
-    with pytest.raises(ConfigError, match=expected):
         Runtime(tiny, budget=budget)
+    with pytest.raises(ConfigError, match=expected):
+        anyio.run(_open_with_budget, budget)  # refused before a model would load
+
+
+async def _open_with_budget(budget: float) -> None:
+    async with Runtime.open("no-such-model", budget=budget):
+        pass
+
+
+def test_per_call_budget_outside_zero_one(tiny: LoadedModel) -> None:
+    async def body(rt: Runtime) -> None:
+        for budget in BUDGETS:
+            expected = rf"budget {re.escape(repr(budget))} is outside \(0, 1\]"
+            with pytest.raises(ConfigError, match=expected):
+                await rt.chat(_user("hi"), policy="pask", budget=budget)
+            with pytest.raises(ConfigError, match=expected):
+                await rt.call([WEATHER], "hi", budget=budget)
+        assert not rt.engine.inbox and not rt.engine.live
+
+    _run(tiny, body)
 
 
 def test_conversation_reused_across_models(tiny: LoadedModel) -> None:

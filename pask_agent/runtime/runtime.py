@@ -54,11 +54,11 @@ class Runtime:
         budget: float | None = None,
         config: RuntimeConfig | None = None,
     ) -> None:
+        self.default_budget = check_budget(budget)  # before the seconds of setup below
         self.engine = Engine(loaded, config)
         self.tokenizer = loaded.tokenizer
         self.outputs = OutputCompiler(loaded.tokenizer, self.engine.vocab_size)
         self.default_policy = _resolve_policy(policy)
-        self.default_budget = check_budget(budget)
         lay = self.engine.layout
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
         self._wake = anyio.Event()
@@ -77,6 +77,7 @@ class Runtime:
         budget: float | None = None,
         config: RuntimeConfig | None = None,
     ) -> AsyncIterator[Runtime]:
+        check_budget(budget)  # before loading a model for a call that must fail
         loaded = (
             model
             if isinstance(model, LoadedModel)
