@@ -287,3 +287,26 @@ def _schema_valid(case: Any) -> bool:
         jsonschema.Draft202012Validator(specs[c["name"]].parameters).is_valid(c["arguments"])
         for c in ground_truth_calls(case)
     )
+
+
+def test_between_calls_marks_only_the_top_level_call_boundary() -> None:
+    """The decoder's how-many-calls decision happens right after a call inside the array of
+    parallel calls; ``]`` of an argument array or a bare single call are not that point."""
+    tool = {
+        "name": "f",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+        },
+    }
+    out = '[{"name": "f", "arguments": {"a": [1, 2]}}, {"name": "f", "arguments": {}}]'
+    tagger = FunctionCallTagger([tool], parallel=True, tool_choice="required")
+    marks = []
+    for ch in out:
+        tagger.feed(ch)
+        marks.append(tagger.between_calls())
+    ends = [i for i, m in enumerate(marks) if m]
+    assert ends == [out.index("}}, {") + 1, len(out) - 2]
+    single = FunctionCallTagger([tool], parallel=False, tool_choice="required")
+    single.feed_all(list('{"name": "f", "arguments": {}}'))
+    assert single.is_complete and not single.between_calls()
