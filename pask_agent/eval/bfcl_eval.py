@@ -36,6 +36,7 @@ import anyio
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.paired import PairedComparison, compare_paired, paired_table
 from pask_agent.eval.plots import plot_accuracy_vs_budget
+from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
 
@@ -263,6 +264,7 @@ def write_results(
         json.dumps(
             {
                 "note": note,
+                **provenance(),
                 "summaries": [asdict(s) for s in summaries],
                 "paired_vs_full": {name: asdict(c) for name, c in paired},
             },
@@ -276,8 +278,11 @@ def write_results(
     if paired:
         table += "\n## Against Full KV on the same cases (paired)\n\n" + paired_table(paired)
     image = plot_accuracy_vs_budget(summaries, out.with_suffix(".png"), title=title)
+    run = provenance()
     out.with_suffix(".md").write_text(
-        f"{table}\n![accuracy vs measured B]({image.name})\n\n{note}\n", encoding="utf-8"
+        f"{table}\n![accuracy vs measured B]({image.name})\n\n{note}\n\n"
+        f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}.\n",
+        encoding="utf-8",
     )
 
 

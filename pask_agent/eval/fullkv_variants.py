@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -47,6 +46,7 @@ from pask_agent.eval.bfcl_eval import (
     run_config,
     summarize,
 )
+from pask_agent.eval.provenance import provenance
 from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase
 
 SEVERAL = (
@@ -190,9 +190,6 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     store = out.with_suffix(".json")
     done: dict[str, Any] = json.loads(store.read_text()) if store.is_file() else {"runs": {}}
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     for variant in variants:
         rows, summary = anyio.run(
             lambda v=variant: run_variant(
@@ -208,9 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             "categories": categories,
             "cases_per_category": args.cases_per_category,
             "summary": asdict(summary),
-            "command": "python -m pask_agent.eval.fullkv_variants " + " ".join(argv or []),
-            "git_commit": commit,
-            "machine": f"{__import__('os').cpu_count()}-core CPU",
+            **provenance(),
         }
         store.write_text(json.dumps(done, indent=1) + "\n", encoding="utf-8")
         _write_markdown(out.with_suffix(".md"), done)
@@ -231,7 +226,7 @@ def _write_markdown(path: Path, done: dict[str, Any]) -> None:
     for r in runs:
         lines.append(
             f"| {r['variant']} | {r['split']} | {', '.join(r['categories'])} | "
-            f"{r['cases_per_category']} | {r['git_commit']} |"
+            f"{r['cases_per_category']} | {r['git_commit'][:10]} |"
         )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
