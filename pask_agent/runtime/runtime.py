@@ -390,6 +390,24 @@ class Runtime:
         """Ids of the conversations that may hold KV now (until ``end_conversation``)."""
         return tuple(self._conversations)
 
+    @property
+    def queue_depth(self) -> int:
+        """Requests made and waiting for admission (a batch slot or KV room); a server reads
+        it to refuse work when its queue is full. Safe to read while a step runs."""
+        return len(self.engine.inbox)
+
+    @property
+    def live_requests(self) -> int:
+        """Requests admitted and decoding now (at most ``RuntimeConfig.max_batch``)."""
+        return len(self.engine.live)
+
+    def kv_bytes(self) -> tuple[int, int]:
+        """``(live, allocated)`` KV bytes of the store now: the payload every sequence holds
+        (high + low + scales) and the pools' own size (capacity, free slots included). Read
+        without stopping the engine, so a value taken during a step may be one step old."""
+        store = self.engine.store
+        return store.live_bytes(), store.allocated_bytes()
+
     def conversation(self, conversation_id: str) -> Conversation:
         """A multi-turn conversation that keeps its KV and budget ledger across turns."""
         if conversation_id not in self._conversations:

@@ -1,0 +1,277 @@
+"""One chat completion on the runtime: streamed or whole, cut by stop sequences, cancelled when
+the client goes away.
+
+``ChatTurn`` turns the runtime's deltas into OpenAI delta pieces: text (held back while it
+could still be the start of a stop sequence) or tool-call deltas (``tool_deltas.py``). Under
+``tool_choice="auto"`` the first non-blank character decides which: the grammar lets free text
+start with anything but ``{`` / ``[``.
+
+``TurnResponse`` is the ASGI response that runs it. Why not Starlette's ``StreamingResponse``:
+a request must be cancelled when its client disconnects at any point (waiting in the queue,
+prefilling, or decoding a non-streamed answer), not only when a chunk fails to send. So the
+response listens for ``http.disconnect`` beside the turn and cancels it; the runtime's stream
+then marks the request cancelled and the engine frees its KV at its next step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from pask_agent.errors import PaskError
+from pask_agent.runtime.results import ChatResult, Delta
+from pask_agent.runtime.runtime import Runtime
+from pask_agent.server import responses, sse
+from pask_agent.server.errors import APIError, api_error
+from pask_agent.server.metrics import ServerMetrics
+from pask_agent.server.protocol import TurnSpec
+from pask_agent.server.tool_deltas import ToolCallDeltas
+
+
+class ChatTurn:
+    """The runtime request behind one completion and the OpenAI pieces it produces."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        spec: TurnSpec,
+        *,
+        stamp: responses.Stamp,
+        metrics: ServerMetrics,
+        policy: str,
+    ) -> None:
+        self.rt, self.spec, self.stamp, self.metrics = rt, spec, stamp, metrics
+        self.policy = spec.policy or policy
+        self.mode: str | None = None if spec.tool_mode else "text"  # "text" | "calls"
+        self.pending = ""  # text before the mode is known
+        self.text = ""  # content so far (stop sequences cut it)
+        self.sent = 0  # characters of ``text`` handed out
+        self.calls = ToolCallDeltas()
+        self.stopped = False  # a stop sequence ended the turn
+        self.completion_tokens = 0
+        self.result: ChatResult | None = None
+        self._items: AsyncIterator[Delta | ChatResult] | None = None
+        self._first: Delta | ChatResult | None = None
+
+    async def start(self) -> None:
+        """Submit the request and wait for its first piece.
+
+        Raises
+        ------
+        PaskError, APIError
+            The request is refused (bad schema, too large, busy conversation, …), before
+            anything was sent to the client.
+        """
+        spec, rt = self.spec, self.rt
+        output = rt.outputs.json_schema(spec.output_schema) if spec.output_schema else None
+        conversation = None
+        if spec.conversation_id is not None:
+            conversation = rt.conversation(spec.conversation_id)
+            if conversation.busy:
+                raise APIError(
+                    409, f"conversation {spec.conversation_id!r} already has a turn running; "
+                    "wait for it or use another conversation_id", code="conversation_busy",
+                )  # fmt: skip
+        self._items = rt.stream(
+            list(spec.messages),
+            tools=list(spec.tools) if spec.tools is not None else None,
+            tool_choice=spec.tool_choice,
+            parallel_tool_calls=spec.parallel_tool_calls,
+            policy=spec.policy,
+            budget=spec.budget,
+            max_new_tokens=spec.max_new_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            seed=spec.seed,
+            conversation=conversation,
+            spec=output,
+            with_result=True,
+        )
+        self._first = await anext(self._items)
+
+    async def pieces(self) -> AsyncIterator[dict[str, Any]]:
+        """OpenAI ``delta`` dicts (``content`` or ``tool_calls``) until the turn ends."""
+        items = self._items
+        if items is None:
+            raise RuntimeError("ChatTurn.start() first")
+        try:
+            item: Delta | ChatResult | None = self._first
+            while item is not None:
+                if isinstance(item, ChatResult):
+                    self.result = item
+                    self.metrics.finished(item.usage)
+                else:
+                    self.completion_tokens += len(item.token_ids)
+                    self.metrics.tokens(len(item.token_ids))
+                    for piece in self._route(item.text):
+                        yield piece
+                    if self.stopped:
+                        return
+                item = await anext(items, None)
+            rest = self._take(len(self.text)) + self.pending
+            if rest and self.mode != "calls":
+                yield {"content": rest}
+        finally:
+            with anyio.CancelScope(shield=True):
+                await items.aclose()  # cancels the runtime request if it is still running
+
+    def _route(self, text: str) -> list[dict[str, Any]]:
+        if self.mode is None:
+            self.pending += text
+            head = self.pending.lstrip()
+            if not head:
+                return []
+            self.mode = "calls" if head[0] in "{[" else "text"
+            text, self.pending = self.pending, ""
+        if self.mode == "calls":
+            deltas = self.calls.feed(text)
+            return [{"tool_calls": deltas}] if deltas else []
+        self.text += text
+        hits = [i for s in self.spec.stop if (i := self.text.find(s)) >= 0]
+        if hits:
+            self.text, self.stopped = self.text[: min(hits)], True
+            piece = self._take(len(self.text))
+        else:
+            piece = self._take(len(self.text) - self._held_back())
+        return [{"content": piece}] if piece else []
+
+    def _take(self, upto: int) -> str:
+        piece = self.text[self.sent : upto] if upto > self.sent else ""
+        self.sent = max(self.sent, upto)
+        return piece
+
+    def _held_back(self) -> int:
+        """Length of the text's longest suffix that could start a stop sequence."""
+        best = 0
+        for s in self.spec.stop:
+            for n in range(min(len(s) - 1, len(self.text)), best, -1):
+                if self.text.endswith(s[:n]):
+                    best = n
+                    break
+        return best
+
+    @property
+    def finish_reason(self) -> str:
+        if self.stopped or self.result is None:
+            return "stop"
+        return self.result.finish_reason
+
+    def usage(self) -> dict[str, Any]:
+        usage = self.result.usage if self.result is not None else None
+        if usage is not None:
+            prompt, completion = usage.prompt_tokens, usage.completion_tokens
+        else:  # cut by a stop sequence: count the prompt the way the runtime rendered it
+            spec = self.spec
+            ids, _, _ = self.rt.prepare(
+                list(spec.messages), list(spec.tools) if spec.tools is not None else None,
+                spec.tool_choice, spec.parallel_tool_calls, labels=False,
+            )  # fmt: skip
+            prompt, completion = len(ids), self.completion_tokens
+        budget = self.spec.budget if self.spec.budget is not None else self.rt.default_budget
+        return responses.usage_dict(
+            usage,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            policy=self.policy,
+            budget=budget,
+        )
+
+    async def completion(self) -> dict[str, Any]:
+        """The whole ``chat.completion`` object."""
+        async for _ in self.pieces():
+            pass
+        calls = self.result is not None and bool(self.result.tool_calls)
+        # a call cut before it closed (finish_reason "length") stays visible as text
+        content = None if calls else (self.calls.text if self.mode == "calls" else self.text)
+        return responses.completion(
+            self.stamp,
+            content=content,
+            result=self.result,
+            finish_reason=self.finish_reason,
+            usage=self.usage(),
+        )
+
+    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
+        """The ``chat.completion.chunk`` objects of a stream."""
+        yield responses.chunk(self.stamp, {"role": "assistant", "content": ""})
+        async for piece in self.pieces():
+            yield responses.chunk(self.stamp, piece)
+        yield responses.chunk(self.stamp, {}, self.finish_reason)
+        if self.spec.include_usage:
+            yield responses.usage_chunk(self.stamp, self.usage())
+
+
+class TurnResponse:
+    """ASGI response running a ``ChatTurn`` while listening for the client's disconnect."""
+
+    def __init__(self, turn: ChatTurn, metrics: ServerMetrics) -> None:
+        self.turn = turn
+        self.metrics = metrics
+        self.complete = False  # the last byte is on its way: a disconnect now cancels nothing
+        self.disconnected = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        status = 200
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch, receive, tg.cancel_scope)
+            try:
+                status = await self._respond(send)
+            except OSError:  # the connection broke while sending
+                self.disconnected = True
+            finally:
+                tg.cancel_scope.cancel()
+        self.metrics.status(499 if self.disconnected and not self.complete else status)
+
+    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if not self.complete:
+                    self.disconnected = True
+                    scope.cancel()
+                return
+
+    async def _respond(self, send: Send) -> int:
+        turn = self.turn
+        try:
+            await turn.start()
+            if not turn.spec.stream:
+                body = await turn.completion()
+        except (PaskError, APIError) as exc:
+            error = api_error(exc)
+            await self._send_json(send, error.status, error.body())
+            return error.status
+        if not turn.spec.stream:
+            await self._send_json(send, 200, body)
+            return 200
+        await send({"type": "http.response.start", "status": 200, "headers": sse.HEADERS})
+        try:
+            async for chunk in turn.chunks():
+                await send(
+                    {"type": "http.response.body", "body": sse.event(chunk), "more_body": True}
+                )
+            tail = sse.DONE
+        except PaskError as exc:  # after the headers: the error travels as an event
+            tail = sse.event(api_error(exc).body())
+        self.complete = True
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return 200
+
+    async def _send_json(self, send: Send, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, ensure_ascii=False).encode()
+        self.complete = True
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data, "more_body": False})
