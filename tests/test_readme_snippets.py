@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
+# The server quickstart talks to a running `pask-agent serve`:
+# tests/server/test_default_model.py runs it against one.
+SERVER_URL = "http://127.0.0.1:8000/v1"
+BLOCKS = [
+    block
+    for block in re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), re.M | re.S)
+    if SERVER_URL not in block
+]
 # What each snippet must print, keyed by a line that identifies it.
 EXPECTED = {
     'Runtime.open("default", policy="pask", budget=0.33)': "origin=",

@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -16,6 +20,8 @@ from server_harness import ThreadServer
 from pask_agent.server import ServerSettings, create_app
 
 pytestmark = pytest.mark.slow
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_URL = "http://127.0.0.1:8000/v1"
 
 WEATHER = {
     "type": "function",
@@ -100,3 +106,15 @@ def test_chat_openai_bind_tools_calls_the_right_tool(qwen: ThreadServer) -> None
     ).bind_tools([get_time])
     call = llm.invoke("What time is it in Oslo?")
     assert [(c["name"], c["args"]) for c in call.tool_calls] == [("get_time", {"city": "Oslo"})]
+
+
+def test_readme_server_quickstart_runs_as_written(qwen: ThreadServer) -> None:
+    """The README's server snippet, with only its URL pointed at this server."""
+    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(), re.M | re.S)
+    (code,) = [b for b in blocks if README_URL in b]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code.replace(README_URL, f"{qwen.base_url}/v1"), "README.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ['get_weather {"city": "Paris"}', 'get_weather {"city": "Tokyo"}'], lines
+    assert "'measured_b':" in lines[2] and "'kv_bytes':" in lines[2]

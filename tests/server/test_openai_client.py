@@ -93,17 +93,17 @@ def test_stream_equals_the_whole_answer(client: openai.OpenAI) -> None:
 
 
 def test_stop_sequence_cuts_whole_and_streamed(client: openai.OpenAI) -> None:
-    free = client.chat.completions.create(model=SMOL, messages=STORY, max_tokens=24)
+    free = client.chat.completions.create(model=SMOL, messages=STORY, max_tokens=16)
     text = free.choices[0].message.content
     stop = text.split()[3]  # a word from the middle of the greedy answer
     want = text[: text.index(stop)]
-    cut = client.chat.completions.create(model=SMOL, messages=STORY, max_tokens=24, stop=[stop])
+    cut = client.chat.completions.create(model=SMOL, messages=STORY, max_tokens=16, stop=[stop])
     assert cut.choices[0].message.content == want
     assert cut.choices[0].finish_reason == "stop"
     assert cut.usage.prompt_tokens == free.usage.prompt_tokens
-    assert 0 < cut.usage.completion_tokens < 24
+    assert 0 < cut.usage.completion_tokens < 16
     streamed = client.chat.completions.create(
-        model=SMOL, messages=STORY, max_tokens=24, stop=stop, stream=True
+        model=SMOL, messages=STORY, max_tokens=16, stop=stop, stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in streamed) == want
 
@@ -111,48 +111,33 @@ def test_stop_sequence_cuts_whole_and_streamed(client: openai.OpenAI) -> None:
 def test_seeded_sampling_repeats(client: openai.OpenAI) -> None:
     def sample(seed: int) -> str:
         r = client.chat.completions.create(
-            model=SMOL, messages=STORY, max_tokens=10, temperature=1.0, top_p=0.9, seed=seed
+            model=SMOL, messages=STORY, max_tokens=6, temperature=1.0, top_p=0.9, seed=seed
         )
         return r.choices[0].message.content
 
     assert sample(7) == sample(7)
 
 
-def test_required_tool_call(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(
+def test_required_tool_call_whole_and_streamed(client: openai.OpenAI) -> None:
+    kw: dict[str, Any] = dict(
         model=SMOL, messages=ASK, tools=[WEATHER, TIME], tool_choice="required", max_tokens=48
     )
+    r = client.chat.completions.create(**kw)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
-    for call in choice.message.tool_calls:
+    whole = choice.message.tool_calls
+    for call in whole:
         assert call.id.startswith("call_") and call.type == "function"
         tool = WEATHER if call.function.name == "get_weather" else TIME
         jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
     kv = pask(r.usage)
     assert kv["tagger_fallbacks"] == 0 and "untagged" not in kv["tag_counts"]
-
-
-def test_named_and_none_tool_choice(client: openai.OpenAI) -> None:
-    named = {"type": "function", "function": {"name": "get_time"}}
-    r = client.chat.completions.create(
-        model=SMOL, messages=ASK, tools=[WEATHER, TIME], tool_choice=named, max_tokens=48
-    )
-    assert {c.function.name for c in r.choices[0].message.tool_calls} == {"get_time"}
-    r = client.chat.completions.create(
-        model=SMOL, messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=8
-    )
-    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content
-
-
-def test_streamed_tool_call_deltas_match_the_whole_call(client: openai.OpenAI) -> None:
-    kw: dict[str, Any] = dict(
-        model=SMOL, messages=ASK, tools=[WEATHER], tool_choice="required", max_tokens=48
-    )
-    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls
+    # the same call streamed: a head (id, name) per call, then its arguments piece by piece
     chunks = list(client.chat.completions.create(**kw, stream=True))
     deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
     heads = [d for d in deltas if d.id]
     assert [h.function.name for h in heads] == [c.function.name for c in whole]
+    assert len({h.id for h in heads}) == len(heads)
     pieces = [d.function.arguments for d in deltas if not d.id]
     assert len(pieces) > 3  # the arguments arrive as the model writes them
     by_index: dict[int, str] = {}
@@ -162,6 +147,18 @@ def test_streamed_tool_call_deltas_match_the_whole_call(client: openai.OpenAI) -
         json.loads(c.function.arguments) for c in whole
     ]
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_named_and_none_tool_choice(client: openai.OpenAI) -> None:
+    named = {"type": "function", "function": {"name": "get_time"}}
+    r = client.chat.completions.create(
+        model=SMOL, messages=ASK, tools=[WEATHER, TIME], tool_choice=named, max_tokens=48
+    )
+    assert {c.function.name for c in r.choices[0].message.tool_calls} == {"get_time"}
+    r = client.chat.completions.create(
+        model=SMOL, messages=ASK, tools=[WEATHER], tool_choice="none", max_tokens=3
+    )
+    assert r.choices[0].message.tool_calls is None and r.choices[0].message.content
 
 
 def test_json_schema_and_json_object(client: openai.OpenAI) -> None:
