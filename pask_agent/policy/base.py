@@ -7,6 +7,8 @@ answers two hooks:
 * ``plan_prefill(labels)``: one action per layer group for each new prompt token (``[n, 3]``
   ``Action`` values), decided before the prompt forward (paper §3.6);
 * ``on_token(tag, is_stop=...)``: the per-group actions for one accepted token (§3.5);
+* ``decode_demand(costs)`` (optional): what its generated tokens keep, so admission can
+  reserve a compressed request's real demand (App. B.4) instead of its Full-KV worst case;
 * ``revise(view)`` (only for policies with ``revises = True``, the score- and recency-based
   baselines): after each step, late demotions of tokens that already left the window.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import ClassVar, Protocol
 
 import numpy as np
@@ -72,10 +75,38 @@ class Demotion:
     action: Action
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeDemand:
+    """What a session's generated tokens keep.
+
+    Attributes
+    ----------
+    bytes_per_token:
+        ``b = B_D · C_full``: payload a generated token keeps on average (exact).
+    min_token_bytes:
+        The least one generated token can cost (sizes what the recent window adds).
+    reserve_bytes:
+        ``max_s Γ(s; B_D)``: how far floor charges may run ahead of the allowance.
+    """
+
+    bytes_per_token: Fraction
+    min_token_bytes: int
+    reserve_bytes: Fraction = Fraction(0)
+
+    @classmethod
+    def full(cls, costs: PayloadCosts) -> DecodeDemand:
+        c = costs.full_bytes_per_token
+        return cls(Fraction(c), c)
+
+
 class PolicySession(Protocol):
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]: ...
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions: ...
+
+    # Optional: what generated tokens keep, for admission (runtime/admission.py); a session
+    # without it is reserved at Full KV.
+    # def decode_demand(self, costs: PayloadCosts) -> DecodeDemand: ...
 
 
 class Policy:
@@ -103,3 +134,7 @@ class UniformSession:
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
         return self.actions
+
+    def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
+        cost = costs.token_cost(self.actions)
+        return DecodeDemand(Fraction(cost), cost)

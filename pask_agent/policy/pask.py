@@ -22,7 +22,14 @@ import numpy as np
 
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import Actions, Demotion, Policy, PolicyEnv, RetentionView
+from pask_agent.policy.base import (
+    Actions,
+    DecodeDemand,
+    Demotion,
+    Policy,
+    PolicyEnv,
+    RetentionView,
+)
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import DEFAULT_TABLE_PATH
@@ -75,6 +82,15 @@ class PaskSession:
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
         return self.controller.on_token(tag, is_stop=is_stop).actions  # type: ignore[return-value]
+
+    def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
+        """``b = B_D · C_full`` per generated token and the largest reserve ``Γ`` (App. B.4)."""
+        reserve = self.controller.reserve
+        return DecodeDemand(
+            self.controller.ledger.allowance_per_token,
+            0,
+            max([reserve.pooled, *reserve.by_state.values()]),
+        )
 
     def revise(self, view: RetentionView) -> list[Demotion]:
         """The budget guard: while the sequence's live bytes exceed ``B`` × its Full-KV bytes,

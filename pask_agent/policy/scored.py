@@ -39,7 +39,9 @@ import numpy as np
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import Actions, Demotion, PolicyEnv, RetentionView
+from pask_agent.policy.base import Actions, DecodeDemand, Demotion, PolicyEnv, RetentionView
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.ledger import as_fraction
 
 # priority(view, group) -> float [length]: higher is kept first; ties keep the newer token.
 Priority = Callable[[RetentionView, int], np.ndarray]
@@ -98,6 +100,11 @@ class ScoredSession:
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
         return _KEEP_ALL
+
+    def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
+        """After the prompt, every step holds the total to ``B`` of Full KV (the prompt itself
+        is planned high, so admission reserves it whole); a token may end up released."""
+        return DecodeDemand(as_fraction(self.budget, name="budget") * costs.full_bytes_per_token, 0)
 
     def revise(self, view: RetentionView) -> list[Demotion]:
         """Demotions that bring every layer group back within ``B`` of its Full-KV bytes."""

@@ -2,11 +2,13 @@
 
 ``Engine.step()`` is the whole decode loop body and reads in one sitting:
 
-1. admit queued requests while their worst-case KV demand fits the configured capacity;
+1. admit queued requests while what their policies will keep fits the configured capacity
+   (``runtime/admission.py``);
 2. pack one chunk per live request on one token axis — the next slice of a prompt that is
    still prefilling (chunked, so long prompts never stall the others for long), or the token(s)
    sampled last step;
-3. ``store.begin_step`` → one model forward → ``store.end_step``;
+3. make room for decode rows past their reservation, then ``store.begin_step`` → one model
+   forward → ``store.end_step`` (each chunk settles into its planned form as it is written);
 4. for every request whose logits are ready: grammar mask → sample → matcher accept → tag →
    policy ``on_token`` → schedule the token's per-group actions in the store; jump-forward text
    forced by the grammar is appended without sampling.
@@ -30,6 +32,9 @@ from pask_agent.errors import ConfigError, PaskError
 from pask_agent.grammars.token_text import TokenTextStream
 from pask_agent.grammars.tool_grammar import special_token_ids, stop_token_ids
 from pask_agent.policy.base import Demotion, Policy, PolicySession, RetentionView
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.full import FullPolicy
+from pask_agent.runtime.admission import decode_demand, request_demand, shed
 from pask_agent.runtime.constraint import Constraint, OutputSpec
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
@@ -41,9 +46,10 @@ from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
-    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' worst-case
-    Full-KV demand: a request that fits alone waits until the running ones leave it room; one
-    that could never fit is refused with ``RequestTooLargeError`` when it is made."""
+    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' demands
+    (what their policies keep: ``runtime/admission.py``): a request that fits alone waits until
+    the running ones leave it room; one that could never fit is refused with
+    ``RequestTooLargeError`` when it is made."""
 
     sinks: int = 4
     window: int = 16
@@ -143,7 +149,9 @@ class Request:
     first_token_at: float | None = None
     generator: torch.Generator | None = None
     stream: TokenTextStream | None = None
-    demand_bytes: int = 0
+    demand_bytes: int = 0  # reserved KV capacity (grows if the request outruns it)
+    plan: list | None = None  # prefill plan of prompt_ids[plan_keep:], made at admission
+    plan_keep: int = -1
     tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
 
 
@@ -158,7 +166,7 @@ class Engine:
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
         self.config = config or RuntimeConfig()
-        self.layout = KVLayout.from_config(self.model.config)
+        self.layout = lay = KVLayout.from_config(self.model.config)
         self.store = KVStore(self.layout, StoreConfig(self.config.sinks, self.config.window))
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
@@ -170,7 +178,8 @@ class Engine:
         self._free_text_mask = torch.zeros(self.vocab_size, dtype=torch.bool)
         self._free_text_mask[banned] = True
         self._next_call_ids, self._close_ids = _separator_ids(self.tokenizer, self.vocab_size)
-        self._full_token_bytes = self.layout.num_layers * self.layout.high_row_bytes
+        self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
+        self.shed_events = 0  # times a request outgrew its reservation with no capacity left
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self.inbox: deque[Request] = deque()
@@ -182,12 +191,34 @@ class Engine:
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
 
-    def demand_bytes(self, prompt_tokens: int, max_new_tokens: int) -> int:
-        """A request's worst-case KV payload: every token it may hold, at Full KV."""
-        return (prompt_tokens + max_new_tokens) * self._full_token_bytes
+    def demand_bytes(
+        self, session: Any, labels: list[str], max_new_tokens: int, *, keep: int = 0, kept: int = 0
+    ) -> tuple[int, list]:
+        """KV bytes to reserve for a request (App. B.4) and the plan of ``labels[keep:]``."""
+        plan = list(session.plan_prefill(labels[keep:]))
+        cfg = self.config
+        demand = request_demand(
+            plan,
+            decode_demand(session, self.costs),
+            self.costs,
+            start=keep,
+            sinks=cfg.sinks,
+            window=cfg.window,
+            max_new_tokens=max_new_tokens,
+            kept_bytes=kept,
+        )
+        return demand, plan
 
-    def check_request(self, prompt_tokens: int, max_new_tokens: int) -> None:
+    def check_request(
+        self,
+        prompt_tokens: int,
+        max_new_tokens: int,
+        session: Any = None,
+        labels: list[str] | None = None,
+    ) -> None:
         """Refuse, before it queues, a request that could never run (``runtime/limits.py``).
+
+        Its demand is what ``session`` would keep of a fresh prompt (Full KV without one).
 
         Raises
         ------
@@ -195,7 +226,10 @@ class Engine:
             It exceeds the model's context or, alone, ``kv_capacity_bytes``.
         """
         check_context(prompt_tokens, max_new_tokens, self.context_tokens)
-        demand = self.demand_bytes(prompt_tokens, max_new_tokens)
+        labels = labels or ["protected_content"] * prompt_tokens
+        if session is None:
+            session = FullPolicy().start(None)  # type: ignore[arg-type]
+        demand, _ = self.demand_bytes(session, labels, max_new_tokens)
         check_kv_capacity(demand, self.config.kv_capacity_bytes)
 
     def has_work(self) -> bool:
@@ -212,8 +246,8 @@ class Engine:
             if r.cancelled:
                 self.inbox.popleft()
                 continue
-            demand = self.demand_bytes(len(r.prompt_ids), r.params.max_new_tokens)
             try:
+                demand = self._reserve_for(r)
                 check_kv_capacity(demand, self.config.kv_capacity_bytes)
             except PaskError as exc:  # the Runtime refuses these before they queue
                 self.inbox.popleft()
@@ -227,23 +261,42 @@ class Engine:
             except PaskError as exc:
                 events.append((r, Failed(exc)))
                 continue
-            r.demand_bytes = demand
-            self._reserved += demand
+            self._reserved += r.demand_bytes
             self.live.append(r)
+
+    def _reuse(self, r: Request) -> int:
+        """Prompt tokens the request's sequence already holds (a conversation's last turn)."""
+        st = r.state
+        if not self.store.has_sequence(st.seq_id):
+            return 0
+        keep = _common_prefix(st.ids_in_store, r.prompt_ids)
+        return min(keep, len(r.prompt_ids) - 1)  # at least one token must run to get logits
+
+    def _reserve_for(self, r: Request) -> int:
+        """The request's demand; plans its prompt once (again only if its reuse changed)."""
+        keep = self._reuse(r)
+        if r.plan is None or r.plan_keep != keep:
+            st = r.state
+            kept = self.store.report(st.seq_id).live_bytes if keep else 0
+            labels = r.labels or ["protected_content"] * len(r.prompt_ids)
+            r.demand_bytes, r.plan = self.demand_bytes(
+                st.session, labels, r.params.max_new_tokens, keep=keep, kept=kept
+            )
+            r.plan_keep = keep
+        return r.demand_bytes
 
     def _start(self, r: Request) -> None:
         st = r.state
+        keep = self._reuse(r)
         if not self.store.has_sequence(st.seq_id):
             self.store.add_sequence(st.seq_id)
             st.ids_in_store = []
-        keep = _common_prefix(st.ids_in_store, r.prompt_ids)
-        keep = min(keep, len(r.prompt_ids) - 1)  # at least one token must run to get logits
         self.store.truncate(st.seq_id, keep)
         st.ids_in_store = st.ids_in_store[:keep]
         r.prefill_pos = r.reused = keep
-        labels = r.labels or ["protected_content"] * len(r.prompt_ids)
-        plan = st.session.plan_prefill(labels[keep:])
-        self.store.schedule_many(st.seq_id, keep, plan)
+        if r.plan is None or r.plan_keep != keep:
+            self._reserve_for(r)
+        self.store.schedule_many(st.seq_id, keep, r.plan or [])
         r.constraint = r.spec.start()
         r.stream = TokenTextStream(self.tokenizer)
         if r.params.seed is not None:
@@ -281,6 +334,7 @@ class Engine:
                 ready = r.prefill_pos == len(r.prompt_ids)
             else:
                 ids, r.feed, ready = r.feed, [], True
+                self._make_room(r, len(ids))
             chunks.append((r.state.seq_id, len(ids)))
             tokens.extend(ids)
             r.state.ids_in_store.extend(ids)
@@ -289,8 +343,7 @@ class Engine:
         want_scores = any(r.policy.needs_scores for r, _ in batch)
         step = self.store.begin_step(chunks, want_scores=want_scores)
         logits = forward_step(self.model, self.cache, step, torch.tensor(tokens, device=device))
-        prefilling = frozenset(r.state.seq_id for r, ready in batch if not ready)
-        self.store.end_step(step, hold=prefilling)
+        self.store.end_step(step)
         for r, ready in batch:
             if r.policy.revises and ready:
                 self._revise(r, with_scores=r.policy.needs_scores)
@@ -331,6 +384,30 @@ class Engine:
         for d in demotions:
             if d.positions:
                 store.demote(seq, d.group, d.positions, d.action)
+
+    def _make_room(self, r: Request, new_tokens: int) -> None:
+        """Keep a decoding request inside its reservation before it writes ``new_tokens``.
+
+        Prefill cannot outgrow it (its plan is reserved whole); decode can, when floors run
+        ahead of the allowance and reserve. Then the request takes unreserved capacity, and
+        with none left sheds its own oldest settled tokens (``admission.shed``): never past
+        the capacity, never a crash.
+        """
+        seq = r.state.seq_id
+        over = (
+            self.store.report(seq).live_bytes
+            + new_tokens * self.costs.full_bytes_per_token
+            - r.demand_bytes
+        )
+        if over <= 0:
+            return
+        grow = min(over, max(0, self.config.kv_capacity_bytes - self._reserved))
+        r.demand_bytes += grow
+        self._reserved += grow
+        if over > grow:
+            self.shed_events += 1
+            for d in shed(self.store, seq, over - grow, self.costs):
+                self.store.demote(seq, d.group, d.positions, d.action)
 
     def _mask(self, logits: torch.Tensor, rows: list[tuple[int, Request]]) -> None:
         constrained = [(row, r) for row, r in rows if r.constraint.matcher is not None]

@@ -1,4 +1,5 @@
-"""Value types of the KV store: the model's KV shape, protection settings, byte reports."""
+"""Value types of the KV store: the model's KV shape, protection settings, one step's batch and
+write plan, byte reports."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from pask_agent.errors import KVStoreError
+from pask_agent.kernels.attention import PoolView
 from pask_agent.policy.actions import LayerGroups
 
 
@@ -59,6 +61,42 @@ class StoreConfig:
             raise KVStoreError(f"need sinks >= 0 and window >= 1, got {self.sinks}, {self.window}")
         if self.initial_capacity < 1:
             raise KVStoreError("initial_capacity must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupWrite:
+    """Where one layer group stores a step's ``[T]`` new rows; rows in neither are released."""
+
+    high_rows: torch.Tensor | None  # [Th] int64 rows of the step kept high; None: all, in order
+    high_slots: torch.Tensor  # [Th] int64
+    low_rows: torch.Tensor  # [Tl] int64 rows quantized straight into the low pool
+    low_slots: torch.Tensor  # [Tl] int64
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """One forward step: which sequences write how many new tokens, packed on one token axis.
+
+    ``q_offsets[b]:q_offsets[b+1]`` are sequence b's rows in the packed ``[T]`` axis;
+    ``positions`` are their absolute positions; ``high``/``low`` are per-group views of the
+    stored keys each sequence reads (taken before this step's tokens are added).
+    """
+
+    seq_ids: tuple[str, ...]
+    q_offsets: torch.Tensor  # [B+1] int64
+    positions: torch.Tensor  # [T] int64
+    writes: tuple[GroupWrite, ...]  # per group: where each new token's K/V goes
+    high: tuple[PoolView, ...]  # per group
+    low: tuple[PoolView, ...]  # per group
+    want_scores: bool = False
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.positions.numel())
+
+    def last_token_rows(self) -> torch.Tensor:
+        """[B] row of each sequence's last token in the packed axis (where logits are needed)."""
+        return self.q_offsets[1:] - 1
 
 
 @dataclass(frozen=True, slots=True)

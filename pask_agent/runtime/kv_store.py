@@ -5,10 +5,15 @@ high pool), low (two packed INT4 rows plus their FP16 scales in the low pool) or
 (nothing). Layers of one layer group share actions, so they share one slot allocator and one
 slot map per sequence, but each layer keeps its own tensors (paper App. B.2).
 
-Life of a token (App. B.2, B.6): it enters the high pool when its chunk is written; the first
-``sinks`` tokens stay high forever; every other token stays high while it is inside the recent
-window of ``window`` tokens, then the action scheduled for it (per layer group) executes:
-``H`` keeps it, ``L`` quantizes it into the low pool and frees its high slot, ``R`` frees it.
+Life of a token (App. B.2, B.6): the first ``sinks`` tokens stay high forever; every other token
+stays high while it is inside the recent window of ``window`` tokens, then the action scheduled
+for it (per layer group) executes: ``H`` keeps it, ``L`` quantizes it into the low pool and
+frees its high slot, ``R`` frees it. A token that is already outside the window when its own
+chunk ends (most of a long prefill chunk) is written straight into that form: quantized, or
+never stored. The chunk's queries still read the chunk's own full-precision K/V, so the step's
+outputs are the same, and a request's peak is what it keeps plus its window, not its prompt at
+BF16. The step's high-water mark is right after ``begin_step`` allocates: settling frees high
+slots before it takes low ones.
 Freed slots go back to a free list and are reused by the next tokens, so storage is reclaimed,
 never masked. Keys are stored after RoPE, with their absolute positions, so attention over the
 gaps left by released tokens stays correct.
@@ -19,20 +24,22 @@ The store is batch-first: a step writes chunks for several sequences at once (pa
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from pask_agent.errors import KVStoreError
-from pask_agent.kernels.attention import KeyScores, PoolView, mixed_attention
+from pask_agent.kernels.attention import PoolView, mixed_attention
 from pask_agent.kernels.int4 import quantize_int4
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.kv_layout import KVLayout, KVReport, StoreConfig
-from pask_agent.runtime.slots import SlotAllocator, SlotMap
+from pask_agent.runtime.key_scores import KeyScoreBook
+from pask_agent.runtime.kv_layout import GroupWrite, KVLayout, KVReport, StepBatch, StoreConfig
+from pask_agent.runtime.slots import SlotAllocator, SlotMap, audit_slots
 
-__all__ = ["KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
+_KEEP = (Action.H, Action.H, Action.H)
+
+__all__ = ["GroupWrite", "KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
 
 
 @dataclass
@@ -43,35 +50,6 @@ class _Sequence:
     low: list[SlotMap] = field(default_factory=list)
     pending: dict[int, tuple[Action, ...]] = field(default_factory=dict)
     peak_bytes: int = 0
-    # attention mass per position and group: all steps so far, and the latest step alone
-    scores: list[torch.Tensor] = field(default_factory=list)
-    step_scores: list[torch.Tensor] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class StepBatch:
-    """One forward step: which sequences write how many new tokens, packed on one token axis.
-
-    ``q_offsets[b]:q_offsets[b+1]`` are sequence b's rows in the packed ``[T]`` axis;
-    ``positions`` are their absolute positions; ``high``/``low`` are per-group views of the
-    stored keys each sequence reads (taken before this step's tokens are added).
-    """
-
-    seq_ids: tuple[str, ...]
-    q_offsets: torch.Tensor  # [B+1] int64
-    positions: torch.Tensor  # [T] int64
-    new_slots: tuple[torch.Tensor, ...]  # per group: [T] int64 high slots of the new tokens
-    high: tuple[PoolView, ...]  # per group
-    low: tuple[PoolView, ...]  # per group
-    want_scores: bool = False
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.positions.numel())
-
-    def last_token_rows(self) -> torch.Tensor:
-        """[B] row of each sequence's last token in the packed axis (where logits are needed)."""
-        return self.q_offsets[1:] - 1
 
 
 class KVStore:
@@ -117,6 +95,7 @@ class KVStore:
         ]
         self.low_vs = [torch.ones_like(t) for t in self.low_ks]
         self._seqs: dict[str, _Sequence] = {}
+        self.key_scores = KeyScoreBook()
         self.peak_bytes = 0
 
     # ----------------------------------------------------------------- sequences
@@ -134,6 +113,7 @@ class KVStore:
             self._high_alloc[g].give(seq.high[g].slots)
             self._low_alloc[g].give(seq.low[g].slots)
         del self._seqs[seq_id]
+        self.key_scores.drop(seq_id)
 
     def truncate(self, seq_id: str, length: int) -> None:
         """Drop every token at position >= ``length`` (a conversation turn that diverged)."""
@@ -184,7 +164,11 @@ class KVStore:
     def begin_step(
         self, chunks: Sequence[tuple[str, int]], *, want_scores: bool = False
     ) -> StepBatch:
-        """Allocate high slots for each sequence's new tokens and snapshot what they attend to."""
+        """Allocate each new token's storage in its settled form and snapshot what it attends to.
+
+        Tokens still inside the recent window after this step (and sinks) get high slots;
+        the others get what their scheduled action says, per group: a low slot, or nothing.
+        """
         if not chunks:
             raise KVStoreError("a step needs at least one (sequence, new token count) pair")
         offsets, positions = [0], []
@@ -194,19 +178,22 @@ class KVStore:
             seq = self._get(seq_id)
             positions.extend(range(seq.length, seq.length + n))
             offsets.append(offsets[-1] + n)
-        highs, lows, new_slots = [], [], []
-        for g in range(3):
-            highs.append(self._view(chunks, g, high=True))
-            lows.append(self._view(chunks, g, high=False))
-            slots, cap = self._high_alloc[g].take(offsets[-1])
-            self._ensure_high_capacity(g, cap)
-            new_slots.append(torch.tensor(slots, dtype=torch.int64, device=self.device))
-            i = 0
-            for seq_id, n in chunks:
-                seq = self._seqs[seq_id]
-                for j in range(n):
-                    seq.high[g].add(seq.length + j, slots[i + j])
-                i += n
+        highs = tuple(self._view(chunks, g, high=True) for g in range(3))
+        lows = tuple(self._view(chunks, g, high=False) for g in range(3))
+        rows: list[tuple[list[int], list[int]]] = [([], []) for _ in range(3)]
+        sinks, window = self.config.sinks, self.config.window
+        for (seq_id, n), first in zip(chunks, offsets, strict=False):
+            seq = self._seqs[seq_id]
+            stop = seq.length + n - window  # below this a token has left the window by step's end
+            for j in range(n):
+                p = seq.length + j
+                acts = seq.pending.pop(p, _KEEP) if sinks <= p < stop else _KEEP
+                for g in range(3):
+                    if acts[g] == Action.H:
+                        rows[g][0].append(first + j)
+                    elif acts[g] == Action.L:
+                        rows[g][1].append(first + j)
+        writes = tuple(self._place(g, chunks, positions, *rows[g]) for g in range(3))
         for seq_id, n in chunks:
             self._seqs[seq_id].length += n
         self._note_peak(chunks)
@@ -214,20 +201,57 @@ class KVStore:
             seq_ids=tuple(s for s, _ in chunks),
             q_offsets=torch.tensor(offsets, dtype=torch.int64),
             positions=torch.tensor(positions, dtype=torch.int64, device=self.device),
-            new_slots=tuple(new_slots),
-            high=tuple(highs),
-            low=tuple(lows),
+            writes=writes,
+            high=highs,
+            low=lows,
             want_scores=want_scores,
         )
         if want_scores:
-            self._reset_step_scores(batch)
+            self.key_scores.begin_step({s: self._seqs[s].length for s in batch.seq_ids})
         return batch
 
+    def _place(
+        self,
+        g: int,
+        chunks: Sequence[tuple[str, int]],
+        positions: list[int],
+        high_rows: list[int],
+        low_rows: list[int],
+    ) -> GroupWrite:
+        """Take slots for one group's new rows and enter them in their sequences' slot maps."""
+        owner = [seq_id for seq_id, n in chunks for _ in range(n)]
+        out = []
+        for rows, alloc, grow, maps in (
+            (high_rows, self._high_alloc[g], self._ensure_high_capacity, "high"),
+            (low_rows, self._low_alloc[g], self._ensure_low_capacity, "low"),
+        ):
+            slots, cap = alloc.take(len(rows))
+            grow(g, cap)
+            for r, slot in zip(rows, slots, strict=True):
+                getattr(self._seqs[owner[r]], maps)[g].add(positions[r], slot)
+            out.append(torch.tensor(slots, dtype=torch.int64, device=self.device))
+        every = len(high_rows) == len(positions)
+        return GroupWrite(
+            None if every else torch.tensor(high_rows, dtype=torch.int64, device=self.device),
+            out[0],
+            torch.tensor(low_rows, dtype=torch.int64, device=self.device),
+            out[1],
+        )
+
     def write(self, layer: int, step: StepBatch, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store this step's K/V rows ``[T, Hkv, D]`` of one layer in its high pool."""
-        slots = step.new_slots[self._group_of_layer[layer]]
-        self.high_k[layer].index_copy_(0, slots, k.to(self.config.high_dtype))
-        self.high_v[layer].index_copy_(0, slots, v.to(self.config.high_dtype))
+        """Store this step's K/V rows ``[T, Hkv, D]`` of one layer: high rows at BF16, rows that
+        settle in this step straight into INT4 (from their BF16 values, exactly as a later
+        demotion would quantize them), released rows nowhere."""
+        put = step.writes[self._group_of_layer[layer]]
+        k, v = k.to(self.config.high_dtype), v.to(self.config.high_dtype)
+        for x, pool in ((k, self.high_k), (v, self.high_v)):
+            rows = x if put.high_rows is None else x.index_select(0, put.high_rows)
+            pool[layer].index_copy_(0, put.high_slots, rows)
+        if put.low_rows.numel():
+            for x, codes, scales in ((k, self.low_k, self.low_ks), (v, self.low_v, self.low_vs)):
+                c, sc = quantize_int4(x.index_select(0, put.low_rows))
+                codes[layer].index_copy_(0, put.low_slots, c)
+                scales[layer].index_copy_(0, put.low_slots, sc)
 
     def attend(
         self,
@@ -260,45 +284,16 @@ class KVStore:
         )
         if step.want_scores:
             out, scores = result
-            self._accumulate(g, step, scores)
+            self.key_scores.add(
+                g, step.seq_ids, step.high[g], step.low[g], step.q_offsets, step.positions, scores
+            )
             return out
         return result
 
-    def _accumulate(self, g: int, step: StepBatch, scores: KeyScores) -> None:
-        """Add one layer's attention mass per key (summed over KV heads) to each sequence."""
-        parts = (
-            (scores.high.sum(-1), step.high[g].positions, step.high[g].offsets.tolist()),
-            (scores.low.sum(-1), step.low[g].positions, step.low[g].offsets.tolist()),
-            (scores.cur.sum(-1), step.positions, step.q_offsets.tolist()),
-        )
-        for b, seq_id in enumerate(step.seq_ids):
-            seq = self._seqs[seq_id]
-            acc = seq.step_scores[g]
-            for mass, positions, offsets in parts:
-                lo, hi = offsets[b], offsets[b + 1]
-                if hi > lo:
-                    acc.index_add_(0, positions[lo:hi], mass[lo:hi].to(acc.device))
-
-    def _reset_step_scores(self, step: StepBatch) -> None:
-        for seq_id in step.seq_ids:
-            seq = self._seqs[seq_id]
-            for g in range(3):
-                if len(seq.scores) <= g:
-                    seq.scores.append(torch.zeros(0))
-                    seq.step_scores.append(torch.zeros(0))
-                if seq.scores[g].numel() < seq.length:
-                    seq.scores[g] = _grow(
-                        seq.scores[g], max(seq.length, 2 * seq.scores[g].numel()), 0.0
-                    )
-                seq.step_scores[g] = torch.zeros(seq.scores[g].numel())
-
     def token_scores(self, seq_id: str, group: int, *, latest_step: bool = False) -> torch.Tensor:
         """``[length]`` attention mass each position received (all steps, or the last one)."""
-        seq = self._get(seq_id)
-        if not seq.scores:
-            return torch.zeros(seq.length)
-        src = seq.step_scores if latest_step else seq.scores
-        return src[group][: seq.length]
+        length = self._get(seq_id).length
+        return self.key_scores.scores(seq_id, group, length, latest_step=latest_step)
 
     def retained(self, seq_id: str, group: int) -> tuple[list[int], list[int]]:
         """Positions held high and held low in one group (unordered)."""
@@ -331,53 +326,46 @@ class KVStore:
         else:
             raise KVStoreError("demote takes L or R; nothing can be promoted back to H")
 
-    def end_step(self, step: StepBatch, *, hold: frozenset[str] = frozenset()) -> None:
-        """Execute the scheduled actions of tokens that left the recent window this step.
-
-        Sequences in ``hold`` (prompts still being prefilled in chunks) keep everything high
-        for now: the prefill plan is materialized after a high-precision prefill (§3.6).
-        """
+    def end_step(self, step: StepBatch) -> None:
+        """Execute the scheduled actions of tokens written before this step that left the
+        recent window in it (this step's own tokens were placed by ``begin_step``)."""
         if step.want_scores:
-            for seq_id in step.seq_ids:
-                seq = self._seqs[seq_id]
-                for g in range(3):
-                    seq.scores[g] += seq.step_scores[g]
+            self.key_scores.end_step(step.seq_ids)
         s, w = self.config.sinks, self.config.window
-        for seq_id in step.seq_ids:
-            if seq_id in hold:
-                continue
+        counts = step.q_offsets.diff().tolist()
+        for seq_id, n in zip(step.seq_ids, counts, strict=True):
             seq = self._seqs[seq_id]
             start, stop = max(seq.settled, s), seq.length - w
             if stop <= start:
                 continue
-            due = [(p, seq.pending.pop(p, (Action.H,) * 3)) for p in range(start, stop)]
+            due = [(p, seq.pending.pop(p, _KEEP)) for p in range(start, min(stop, seq.length - n))]
             seq.settled = stop
             for g in range(3):
-                self._apply_group(
-                    seq,
-                    g,
-                    [p for p, a in due if a[g] == Action.L],
-                    [p for p, a in due if a[g] == Action.R],
-                )
+                low, gone = ([p for p, a in due if a[g] == x] for x in (Action.L, Action.R))
+                self._apply_group(seq, g, low, gone)
 
     def _apply_group(
         self, seq: _Sequence, g: int, to_low: list[int], to_release: list[int]
     ) -> None:
+        # Quantize first, free the high slots, then take low ones: the live bytes never rise
+        # above what they were before the migration (the codes are scratch in between).
         if to_low:
             high_slots = [seq.high[g].remove(p) for p in to_low]
+            src = torch.tensor(high_slots, dtype=torch.int64, device=self.device)
+            coded = [
+                (layer, quantize_int4(self.high_k[layer].index_select(0, src)),
+                 quantize_int4(self.high_v[layer].index_select(0, src)))
+                for layer in self.groups.layers_of(g)
+            ]  # fmt: skip
+            self._high_alloc[g].give(high_slots)
             low_slots, cap = self._low_alloc[g].take(len(to_low))
             self._ensure_low_capacity(g, cap)
-            src = torch.tensor(high_slots, dtype=torch.int64, device=self.device)
             dst = torch.tensor(low_slots, dtype=torch.int64, device=self.device)
-            for layer in self.groups.layers_of(g):
-                for pool, codes, scales in (
-                    (self.high_k, self.low_k, self.low_ks),
-                    (self.high_v, self.low_v, self.low_vs),
-                ):
-                    c, sc = quantize_int4(pool[layer].index_select(0, src))
-                    codes[layer].index_copy_(0, dst, c)
-                    scales[layer].index_copy_(0, dst, sc)
-            self._high_alloc[g].give(high_slots)
+            for layer, (kc, ks), (vc, vs) in coded:
+                self.low_k[layer].index_copy_(0, dst, kc)
+                self.low_ks[layer].index_copy_(0, dst, ks)
+                self.low_v[layer].index_copy_(0, dst, vc)
+                self.low_vs[layer].index_copy_(0, dst, vs)
             for p, slot in zip(to_low, low_slots, strict=True):
                 seq.low[g].add(p, slot)
         if to_release:
@@ -390,13 +378,9 @@ class KVStore:
                 pools[layer] = _grow(pools[layer], cap, 0.0)
 
     def _ensure_low_capacity(self, g: int, cap: int) -> None:
+        fills = ((self.low_k, 0.0), (self.low_v, 0.0), (self.low_ks, 1.0), (self.low_vs, 1.0))
         for layer in self.groups.layers_of(g):
-            for pools, fill in (
-                (self.low_k, 0),
-                (self.low_v, 0),
-                (self.low_ks, 1.0),
-                (self.low_vs, 1.0),
-            ):
+            for pools, fill in fills:
                 pools[layer] = _grow(pools[layer], cap, fill)
 
     def _view(self, chunks: Sequence[tuple[str, int]], g: int, *, high: bool) -> PoolView:
@@ -453,52 +437,20 @@ class KVStore:
         """
         for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
             for g, alloc in enumerate(allocs):
-                held = [
-                    s
-                    for seq in self._seqs.values()
-                    for s in (seq.high if kind == "high" else seq.low)[g].slots
-                ]
-                seen = sorted(held + alloc.free)
-                if seen != list(range(alloc.capacity)) or alloc.used != len(held):
-                    counts = Counter(seen)
-                    lost = sorted(set(range(alloc.capacity)) - set(counts))
-                    shared = sorted(
-                        s for s, n in counts.items() if n > 1 or not 0 <= s < alloc.capacity
-                    )
-                    raise KVStoreError(
-                        f"{kind} pool, group {g}: {alloc.used} slots counted used, {len(held)} "
-                        f"held; lost {lost[:8]}, shared or out of range {shared[:8]}"
-                    )
+                maps = [(seq.high if kind == "high" else seq.low)[g] for seq in self._seqs.values()]
+                audit_slots(f"{kind} pool, group {g}", alloc, [s for m in maps for s in m.slots])
 
     def allocated_bytes(self) -> int:
         """Bytes of the pool tensors themselves (capacity, including free slots)."""
-        return sum(
-            t.numel() * t.element_size()
-            for pools in (
-                self.high_k,
-                self.high_v,
-                self.low_k,
-                self.low_v,
-                self.low_ks,
-                self.low_vs,
-            )
-            for t in pools
-        )
+        pools = (self.high_k, self.high_v, self.low_k, self.low_v, self.low_ks, self.low_vs)
+        return sum(t.numel() * t.element_size() for layers in pools for t in layers)
 
     def report(self, seq_id: str) -> KVReport:
         seq = self._get(seq_id)
         high, low, scales = self._seq_bytes(seq)
         full = seq.length * self.layout.num_layers * self.layout.high_row_bytes
-        return KVReport(
-            seq.length,
-            high,
-            low,
-            scales,
-            full,
-            seq.peak_bytes,
-            self.config.sinks,
-            self.config.window,
-        )
+        cfg = self.config
+        return KVReport(seq.length, high, low, scales, full, seq.peak_bytes, cfg.sinks, cfg.window)
 
 
 def _grow(t: torch.Tensor, cap: int, fill: float) -> torch.Tensor:

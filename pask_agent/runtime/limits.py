@@ -1,5 +1,5 @@
 """What one request may ask for: a KV budget in (0, 1], a length within the model's context,
-and a worst-case KV demand within the runtime's capacity.
+and a KV demand (what its policy will keep) within the runtime's capacity.
 
 Why here and early: each check runs when the request is made, before anything queues, so a
 request that can never run fails at once with a message that says what to change. Admission
@@ -63,7 +63,8 @@ def check_context(prompt_tokens: int, max_new_tokens: int, context_tokens: int) 
 
 
 def check_kv_capacity(demand_bytes: int, capacity_bytes: int) -> None:
-    """A request's worst-case Full-KV demand fits ``kv_capacity_bytes`` when it runs alone.
+    """A request's demand (``runtime/admission.py``) fits ``kv_capacity_bytes`` when it runs
+    alone.
 
     Raises
     ------
@@ -72,7 +73,9 @@ def check_kv_capacity(demand_bytes: int, capacity_bytes: int) -> None:
     """
     if demand_bytes > capacity_bytes:
         raise RequestTooLargeError(
-            f"the request needs up to {demand_bytes} KV bytes (prompt + max_new_tokens at Full "
-            f"KV) but RuntimeConfig.kv_capacity_bytes is {capacity_bytes}, so it could never be "
-            "admitted; shorten the prompt, lower max_new_tokens or raise kv_capacity_bytes"
+            f"the request needs up to {demand_bytes} KV bytes (what its policy keeps of the "
+            "prompt and max_new_tokens, plus the recent window and reserve) but "
+            f"RuntimeConfig.kv_capacity_bytes is {capacity_bytes}, so it could never be "
+            "admitted; shorten the prompt, lower max_new_tokens, lower the budget or raise "
+            "kv_capacity_bytes"
         )

@@ -229,7 +229,8 @@ class Runtime:
             messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
         )
         spec = spec or tool_spec
-        self.engine.check_request(len(ids), max_new_tokens)  # never queue what cannot run
+        # never queue what cannot run, measured by what this policy would keep
+        self.engine.check_request(len(ids), max_new_tokens, session, labels)
         if conversation is not None:
             state = conversation._acquire(self, session)
             keep = True

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
+
+from pask_agent.errors import KVStoreError
 
 
 class SlotMap:
@@ -55,3 +58,22 @@ class SlotAllocator:
     def give(self, slots: Sequence[int]) -> None:
         self.free.extend(slots)
         self.used -= len(slots)
+
+
+def audit_slots(name: str, alloc: SlotAllocator, held: Sequence[int]) -> None:
+    """Every slot of ``alloc`` is free exactly once or ``held`` by exactly one token.
+
+    Raises
+    ------
+    KVStoreError
+        Names the slots that are lost, shared or out of range.
+    """
+    seen = sorted([*held, *alloc.free])
+    if seen != list(range(alloc.capacity)) or alloc.used != len(held):
+        counts = Counter(seen)
+        lost = sorted(set(range(alloc.capacity)) - set(counts))
+        shared = sorted(s for s, n in counts.items() if n > 1 or not 0 <= s < alloc.capacity)
+        raise KVStoreError(
+            f"{name}: {alloc.used} slots counted used, {len(held)} held; lost {lost[:8]}, "
+            f"shared or out of range {shared[:8]}"
+        )

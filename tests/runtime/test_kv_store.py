@@ -106,33 +106,46 @@ def test_int4_and_release_bytes_are_exact(tiny_model) -> None:
             assert kv.scale_bytes == old * per_layer * layout.scale_row_bytes
         else:
             assert kv.low_bytes == kv.scale_bytes == 0
-        # peak was reached right after the 30-token prefill, before anything left the window
-        assert kv.peak_bytes == 30 * per_layer * layout.high_row_bytes
+        # The prompt never sat in the pools at BF16: its old tokens went straight to their
+        # settled form. The peak is the last step's in-flight token, held high until the
+        # oldest window token settled at the end of that step.
+        settled_row = layout.low_row_bytes + layout.scale_row_bytes if action == Action.L else 0
+        assert kv.peak_bytes == kv.live_bytes + per_layer * (layout.high_row_bytes - settled_row)
+        assert kv.peak_bytes < 30 * per_layer * layout.high_row_bytes  # the prompt at BF16
         assert store.live_bytes() == 0  # the loop removes its sequences when done
 
 
-def test_per_group_actions_and_int4_rows(tiny_model) -> None:
-    store = _store(tiny_model, sinks=1, window=2)
-    cache = PaskCache(store)
+def _one_chunk(model, actions: tuple[Action, ...]) -> tuple[KVStore, torch.Tensor]:
+    """A 10-token prompt in one chunk, every token scheduled ``actions``: store and logits."""
     from pask_agent.runtime.seam import use_pask_attention
 
-    use_pask_attention(tiny_model)
+    store = _store(model, sinks=1, window=2)
+    use_pask_attention(model)
     store.add_sequence("a")
-    prompt = _prompts([10])[0]
-    store.schedule_many("a", 0, [(Action.H, Action.L, Action.R)] * 10)
+    store.schedule_many("a", 0, [actions] * 10)
     step = store.begin_step([("a", 10)])
-    # keep a copy of layer 3's (group 1) high rows before they are quantized
     with torch.inference_mode():
-        forward_step(tiny_model, cache, step, torch.tensor(prompt))
-    slots = step.new_slots[1]
-    before_k = store.high_k[3].index_select(0, slots).clone()
+        logits = forward_step(model, PaskCache(store), step, torch.tensor(_prompts([10])[0]))
     store.end_step(step)
+    return store, logits
+
+
+def test_per_group_actions_and_int4_rows(tiny_model) -> None:
+    store, logits = _one_chunk(tiny_model, (Action.H, Action.L, Action.R))
+    ref, ref_logits = _one_chunk(tiny_model, (Action.H, Action.H, Action.H))
+    # tokens 1..7 were written straight into INT4 (group 1) or never stored (group 2), yet the
+    # chunk read its own full-precision K/V: the outputs equal those of keeping everything
+    assert torch.equal(logits, ref_logits)
+    rows = ref._seqs["a"].high[1]
+    before_k = {p: ref.high_k[3][rows.slots[rows.index[p]]] for p in range(10)}
     seq = store._seqs["a"]
     assert sorted(seq.high[0].positions) == list(range(10))
     assert sorted(seq.low[1].positions) == list(range(1, 8))
     assert sorted(seq.high[1].positions) == [0, 8, 9]
     assert sorted(seq.high[2].positions) == [0, 8, 9] and seq.low[2].positions == []
-    # the low pool holds exactly the B.5 quantization of the (bf16) high rows it replaced
+    # the peak never held the chunk at BF16: it is what the store keeps now
+    assert store.report("a").peak_bytes == store.report("a").live_bytes == store.live_bytes()
+    # the low pool holds exactly the B.5 quantization of the token's BF16 rows
     for pos, slot in zip(seq.low[1].positions, seq.low[1].slots, strict=True):
         codes, scales = quantize_int4_ref(before_k[pos])
         assert torch.equal(store.low_k[3][slot], codes)

@@ -1,8 +1,8 @@
 """Random action programs on the KV store (issue 14, item 4): bytes exact, floors held.
 
 Hypothesis drives the store through random programs of the operations the engine and the
-policies use (add a sequence, a batched step with per-token per-group actions and prefill
-holds, late demotions, truncation, removal) and checks the store against a plain model of
+policies use (add a sequence, a batched step with per-token per-group actions, late
+demotions, truncation, removal) and checks the store against a plain model of
 where each token of each group must be after every operation:
 
 * every position is high, low or released exactly as the scheduled actions, demotions and
@@ -60,7 +60,7 @@ class StoreProgram:
         self.store.add_sequence(seq)
         self.expected[seq] = Expected()
 
-    def step(self, chunks: list[tuple[str, list[tuple[Action, ...]]]], hold: set[str]) -> None:
+    def step(self, chunks: list[tuple[str, list[tuple[Action, ...]]]]) -> None:
         chunks = [(s, acts) for s, acts in chunks if s in self.expected]
         seen: set[str] = set()
         chunks = [(s, a) for s, a in chunks if not (s in seen or seen.add(s))]
@@ -87,15 +87,11 @@ class StoreProgram:
                 for g in range(3):
                     exp.where[g][exp.length + i] = "high"
             exp.length += len(acts)
-        held = frozenset(s for s, _ in chunks if s in hold)
         settled_before = {s: self.store.settled(s) for s, _ in chunks}
-        self.store.end_step(step, hold=held)
+        self.store.end_step(step)
         cfg = self.store.config
         for seq, _ in chunks:
             exp = self.expected[seq]
-            if seq in held:
-                assert self.store.settled(seq) == settled_before[seq]
-                continue
             start = max(settled_before[seq], cfg.sinks)
             stop = exp.length - cfg.window
             for p in range(start, stop):
@@ -212,7 +208,7 @@ def _run_op(program: StoreProgram, data: st.DataObject) -> None:
     if op == "step":
         chunk = st.tuples(st.sampled_from(live), st.lists(ACTIONS, min_size=1, max_size=12))
         chunks = data.draw(st.lists(chunk, min_size=1, max_size=3), label="chunks")
-        program.step(chunks, data.draw(st.sets(st.sampled_from(live), max_size=1), label="hold"))
+        program.step(chunks)
     elif op == "demote":
         group = data.draw(st.integers(0, 2), label="group")
         positions = data.draw(st.lists(st.integers(0, length + 1), max_size=4), label="positions")

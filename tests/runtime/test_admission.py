@@ -1,0 +1,141 @@
+"""Admission by compressed demand (issue 11 item 2, paper App. B.4) on a tiny random Qwen2.
+
+A capacity that holds exactly N Full-KV requests admits more than N PASK requests at B = 0.33
+at once, live bytes (the store's high-water mark inside every step) never pass the capacity,
+a request that outgrows its reservation is handled without a crash, and a request whose
+compressed demand can never fit is refused before it queues.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pask_agent.errors import RequestTooLargeError
+from pask_agent.policy.base import PolicyEnv
+from pask_agent.policy.full import FullPolicy
+from pask_agent.policy.pask import PaskPolicy
+from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
+from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.runtime.outputs import TEXT
+
+TEXT_PROMPT = (
+    "The inventory service exposes operations that look up, check and update the records of "
+    "one warehouse. Each operation takes a record id, a warehouse id and a mode. "
+)
+NEW = 16
+
+
+@pytest.fixture(scope="module")
+def tiny() -> LoadedModel:
+    """A random 6-layer Qwen2 (GQA 4:2, head dim 16) over the default model's tokenizer."""
+    from tiny_models import tiny_qwen2
+
+    return LoadedModel("tiny-qwen2", Path("."), tiny_qwen2(151936), load_tokenizer("default"))
+
+
+def _prompt(tiny) -> tuple[list[int], list[str]]:
+    ids = tiny.tokenizer(TEXT_PROMPT * 8, add_special_tokens=False)["input_ids"]
+    # mostly tool documentation, then the user's request (labels as the span labeller gives)
+    labels = ["schema_description"] * (len(ids) - 24) + ["protected_content"] * 24
+    return ids, labels
+
+
+def _session(engine: Engine, policy):
+    cfg = engine.config
+    return policy.start(PolicyEnv(engine.costs, cfg.sinks, cfg.window, 0.33))
+
+
+def _request(engine: Engine, policy, ids: list[int], labels: list[str]) -> Request:
+    params = SamplingParams(max_new_tokens=NEW, ignore_eos=True)
+    state = engine.new_sequence(_session(engine, policy))
+    return Request(ids, labels, TEXT, params, state, policy)
+
+
+def _full_demand(engine: Engine, n: int) -> int:
+    return (n + NEW) * engine.costs.full_bytes_per_token
+
+
+def _serve(engine: Engine, requests: list[Request]) -> tuple[int, list[Finished]]:
+    """Step until every request ends; the most requests that ran at once, and their ends."""
+    engine.inbox.extend(requests)
+    most, done = 0, []
+    while engine.has_work():
+        for _, event in engine.step():
+            if isinstance(event, Finished):
+                done.append(event)
+        most = max(most, len(engine.live))
+        assert engine.store.live_bytes() <= engine.config.kv_capacity_bytes
+    return most, done
+
+
+@pytest.mark.parametrize("n_full", [2])
+def test_pask_admits_more_than_full_into_the_same_capacity(tiny, n_full: int) -> None:
+    ids, labels = _prompt(tiny)
+    probe = Engine(tiny)
+    capacity = n_full * _full_demand(probe, len(ids))
+    config = RuntimeConfig(kv_capacity_bytes=capacity, prefill_chunk_tokens=64)
+    pask = PaskPolicy(allow_transfer=True)  # the shipped table is the default model's
+
+    full_engine = Engine(tiny, config)
+    reqs = [_request(full_engine, FullPolicy(), ids, labels) for _ in range(2 * n_full)]
+    most_full, done = _serve(full_engine, reqs)
+    assert most_full == n_full and len(done) == len(reqs)  # the capacity holds exactly N
+
+    engine = Engine(tiny, config)
+    demand, _ = engine.demand_bytes(_session(engine, pask), labels, NEW)
+    reqs = [_request(engine, pask, ids, labels) for _ in range(3 * n_full)]
+    most, done = _serve(engine, reqs)
+    assert len(done) == len(reqs) and all(f.reason == "length" for f in done)
+    # as many as their compressed demands fit (5 here: 0.40 of a Full-KV demand each)
+    assert most == capacity // demand >= 2 * n_full, (most, demand, capacity)
+    # the high-water mark inside every step, not only between steps, stayed within capacity
+    assert engine.store.peak_bytes <= capacity
+    assert engine.shed_events == 0  # the reservations covered what PASK kept
+    assert engine.store.live_bytes() == 0
+
+
+def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
+    ids, labels = _prompt(tiny)
+    pask = PaskPolicy(allow_transfer=True)
+    engine = Engine(tiny, RuntimeConfig(prefill_chunk_tokens=64))
+    a, b = (_request(engine, pask, ids, labels) for _ in range(2))
+    engine.inbox.extend([a, b])
+    engine.step()
+    assert engine.live == [a, b]
+    # Pretend A's plan was too optimistic: shrink its reservation to what it holds after the
+    # prompt, and leave no unreserved capacity, so every new token overruns.
+    while a.prefill_pos < len(a.prompt_ids):
+        engine.step()
+    engine.step()
+    held = engine.store.report(a.state.seq_id).live_bytes
+    engine._reserved -= a.demand_bytes - held
+    a.demand_bytes = held
+    engine.config = RuntimeConfig(kv_capacity_bytes=engine._reserved, prefill_chunk_tokens=64)
+    ends = []
+    while engine.has_work():
+        for r, event in engine.step():
+            ends.append((r, event))
+        if a in engine.live:
+            assert engine.store.report(a.state.seq_id).live_bytes <= a.demand_bytes
+        assert engine.store.live_bytes() <= engine.config.kv_capacity_bytes
+    assert engine.shed_events > 0
+    finished = [r for r, e in ends if isinstance(e, Finished)]
+    assert a in finished and b in finished  # both ran to their token limit
+
+
+def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:
+    ids, labels = _prompt(tiny)
+    probe = Engine(tiny)
+    pask = PaskPolicy(allow_transfer=True)
+    demand, _ = probe.demand_bytes(_session(probe, pask), labels, NEW)
+    full = _full_demand(probe, len(ids))
+    assert demand < full / 2  # what PASK keeps at 0.33, window and reserve included
+    between = Engine(tiny, RuntimeConfig(kv_capacity_bytes=(demand + full) // 2))
+    between.check_request(len(ids), NEW, _session(between, pask), labels)  # fits compressed
+    with pytest.raises(RequestTooLargeError, match="could never be admitted"):
+        between.check_request(len(ids), NEW, _session(between, FullPolicy()), labels)
+    tight = Engine(tiny, RuntimeConfig(kv_capacity_bytes=demand - 1))
+    with pytest.raises(RequestTooLargeError, match="could never be admitted"):
+        tight.check_request(len(ids), NEW, _session(tight, pask), labels)
