@@ -97,7 +97,7 @@ def check_bind(host: str, api_key: str | None) -> None:
         )
 
 
-def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -> Starlette:
+def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -> ASGIApp:
     """The ASGI app. ``loaded`` serves an already loaded model (tests share one)."""
 
     @asynccontextmanager
@@ -129,7 +129,7 @@ def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_exception_handler(APIError, _api_error)  # type: ignore[arg-type]
     if settings.api_key:
-        return BearerAuth(app, settings.api_key)  # type: ignore[return-value]
+        return BearerAuth(app, settings.api_key)
     return app
 
 
@@ -139,7 +139,6 @@ class BearerAuth:
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
-        self.state = getattr(app, "state", None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):

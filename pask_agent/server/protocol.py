@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pask_agent.runtime.outputs import schema_prompt
 from pask_agent.server.errors import APIError, bad_request
 
 JSON_OBJECT_INSTRUCTION = "Answer with a single JSON object and nothing else."
@@ -245,7 +246,7 @@ def _history_call(call: Any, i: int) -> dict[str, Any]:
 
 
 def _output_schema(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
-    kind: Literal["text", "json_object", "json_schema"] | None = (fmt or {}).get("type")
+    kind = (fmt or {}).get("type")
     if fmt is None or kind == "text":
         return None
     if kind == "json_object":
@@ -267,8 +268,6 @@ def _output_schema(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _instruction(fmt: dict[str, Any] | None, schema: dict[str, Any]) -> str:
-    from pask_agent.runtime.outputs import schema_prompt
-
     if (fmt or {}).get("type") == "json_object":
         return JSON_OBJECT_INSTRUCTION
     return schema_prompt(schema)

@@ -54,6 +54,10 @@ def test_defaults_and_aliases() -> None:
     assert parse(stop="END").stop == ("END",)
     named = {"type": "function", "function": {"name": "get_weather"}}
     assert parse(tools=[WEATHER], tool_choice=named).tool_choice == "get_weather"
+    assert parse(tools=[WEATHER]).parallel_tool_calls is True
+    assert parse(tools=[WEATHER], parallel_tool_calls=False).parallel_tool_calls is False
+    assert parse(stream=True, stream_options={"include_usage": True}).include_usage is True
+    assert parse(stream_options={"include_usage": True}).include_usage is False
     dev = parse(messages=[{"role": "developer", "content": [{"type": "text", "text": "be"}]}])
     assert dev.messages[0] == {"role": "system", "content": "be"}
 
