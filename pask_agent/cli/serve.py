@@ -32,16 +32,19 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pask_agent.runtime.limits import check_budget
+    from pask_agent.server.auth import check_bind
+
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    check_bind(args.host, api_key)  # at once: before seconds of imports and model loading
+    check_budget(args.budget)
+
     import uvicorn
 
     from pask_agent.policy import get_policy
     from pask_agent.runtime.engine import RuntimeConfig
-    from pask_agent.runtime.limits import check_budget
-    from pask_agent.server import ServerSettings, check_bind, create_app
+    from pask_agent.server import ServerSettings, create_app
 
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    check_bind(args.host, api_key)  # before seconds of model loading
-    check_budget(args.budget)
     get_policy(args.policy)
     settings = ServerSettings(
         model=args.model,

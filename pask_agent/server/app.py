@@ -5,14 +5,12 @@ Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``DELETE /v1/conversa
 in the server's event loop, so its worker and every request share one loop; the server keeps
 no model state of its own.
 
-An ``api_key`` guards ``/v1/*`` with a bearer token; without one, ``check_bind`` refuses any
-host but loopback, so an open server is never reachable from another machine.
+An ``api_key`` guards ``/v1/*`` with a bearer token; without one, ``auth.check_bind`` refuses
+any host but loopback, so an open server is never reachable from another machine.
 """
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 import pask_agent.policy  # noqa: F401 - registers every policy a request may name
 from pask_agent.errors import ConfigError
@@ -31,6 +29,7 @@ from pask_agent.runtime.engine import RuntimeConfig
 from pask_agent.runtime.models import LoadedModel, model_id_of
 from pask_agent.runtime.runtime import Runtime
 from pask_agent.server import responses
+from pask_agent.server.auth import BearerAuth
 from pask_agent.server.chat import ChatTurn, TurnResponse
 from pask_agent.server.errors import APIError
 from pask_agent.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -76,27 +75,6 @@ class ServerState:
     created: int
 
 
-def check_bind(host: str, api_key: str | None) -> None:
-    """Refuse to serve beyond loopback without an API key.
-
-    Raises
-    ------
-    ConfigError
-        ``host`` is not a loopback address (or ``localhost``) and no ``api_key`` is set.
-    """
-    if api_key:
-        return
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ConfigError(
-            f"refusing to bind {host!r} without an API key: anyone who reaches it could use the "
-            "model; pass --api-key (clients send it as a bearer token) or bind 127.0.0.1"
-        )
-
-
 def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -> ASGIApp:
     """The ASGI app. ``loaded`` serves an already loaded model (tests share one)."""
 
@@ -131,26 +109,6 @@ def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -
     if settings.api_key:
         return BearerAuth(app, settings.api_key)
     return app
-
-
-class BearerAuth:
-    """Pure ASGI guard for ``/v1/*`` (streams and disconnects pass through untouched)."""
-
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
-        self.app = app
-        self.expected = f"Bearer {api_key}".encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                error = APIError(
-                    401, "missing or incorrect API key: send 'Authorization: Bearer <key>'",
-                    code="invalid_api_key",
-                )  # fmt: skip
-                await error.response()(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def _state(request: Request) -> ServerState:
