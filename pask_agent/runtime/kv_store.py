@@ -219,16 +219,16 @@ class KVStore:
         low_rows: list[int],
     ) -> GroupWrite:
         """Take slots for one group's new rows and enter them in their sequences' slot maps."""
-        owner = [seq_id for seq_id, n in chunks for _ in range(n)]
+        owner = [self._seqs[seq_id] for seq_id, n in chunks for _ in range(n)]
         out = []
-        for rows, alloc, grow, maps in (
-            (high_rows, self._high_alloc[g], self._ensure_high_capacity, "high"),
-            (low_rows, self._low_alloc[g], self._ensure_low_capacity, "low"),
+        for rows, alloc, grow, high in (
+            (high_rows, self._high_alloc[g], self._ensure_high_capacity, True),
+            (low_rows, self._low_alloc[g], self._ensure_low_capacity, False),
         ):
             slots, cap = alloc.take(len(rows))
             grow(g, cap)
             for r, slot in zip(rows, slots, strict=True):
-                getattr(self._seqs[owner[r]], maps)[g].add(positions[r], slot)
+                (owner[r].high if high else owner[r].low)[g].add(positions[r], slot)
             out.append(torch.tensor(slots, dtype=torch.int64, device=self.device))
         every = len(high_rows) == len(positions)
         return GroupWrite(
