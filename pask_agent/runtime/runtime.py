@@ -391,6 +391,19 @@ class Runtime:
         """Ids of the conversations that may hold KV now (until ``end_conversation``)."""
         return tuple(self._conversations)
 
+    def check_policy(self, policy: str | Policy | None = None, budget: float | None = None) -> None:
+        """Start a policy session as a request would and drop it, so a policy that cannot serve
+        this model (a table calibrated for other weights) fails now, not on every request.
+
+        Raises
+        ------
+        ConfigError
+            Unknown policy name or a budget outside (0, 1].
+        PolicyTableError
+            The policy's table names another model or tokenizer.
+        """
+        self._session(policy, budget)
+
     @property
     def queue_depth(self) -> int:
         """Requests made and waiting for admission (a batch slot or KV room); a server reads

@@ -84,6 +84,7 @@ def create_app(settings: ServerSettings, *, loaded: LoadedModel | None = None) -
         async with Runtime.open(
             source, policy=settings.policy, budget=settings.budget, config=settings.runtime
         ) as rt:
+            rt.check_policy()  # a table made for other weights stops the server, not each request
             served = settings.served_model_name or settings.model
             upstream = model_id_of(rt.engine.loaded)
             app.state.server = ServerState(

@@ -16,6 +16,7 @@ from pask_agent.errors import (
     DDLError,
     GrammarRejectedError,
     PaskError,
+    PolicyTableError,
     RequestTooLargeError,
     SchemaError,
     ToolChoiceError,
@@ -65,6 +66,8 @@ _STATUS: tuple[tuple[type[PaskError], int, str, str], ...] = (
     (ToolChoiceError, 400, "invalid_request_error", "invalid_tool_choice"),
     (DDLError, 400, "invalid_request_error", "invalid_schema"),
     (ConfigError, 400, "invalid_request_error", "invalid_value"),
+    # the server's own policy is checked at startup, so this is a request's pask_policy
+    (PolicyTableError, 400, "invalid_request_error", "policy_unavailable"),
     # The model's answer broke the requested schema (a numeric range the grammar cannot bind):
     # not the client's fault, and a retry with sampling may succeed.
     (ValidationFailedError, 500, "server_error", "invalid_model_output"),

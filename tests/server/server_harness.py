@@ -21,15 +21,22 @@ class ThreadServer:
     def __init__(self, app: Any) -> None:
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.base_url = ""
+        self.failure: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except BaseException as exc:  # noqa: BLE001 - uvicorn exits (SystemExit) on a failed startup
+            self.failure = exc
 
     def __enter__(self) -> ThreadServer:
         self.thread.start()
         deadline = time.monotonic() + 120
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
+                raise RuntimeError(f"the test server did not start ({self.failure!r})")
             time.sleep(0.02)
         port = self.server.servers[0].sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{port}"

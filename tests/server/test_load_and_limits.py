@@ -127,3 +127,14 @@ def test_full_queue_answers_429(strict: ThreadServer) -> None:
     thread.join(timeout=60)
     assert waiting["reason"] == "length"
     assert strict.wait_for_metric("pask_kv_live_bytes", 0.0) == 0.0
+
+
+def test_policy_made_for_other_weights_stops_startup(
+    smollm2: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped PASK table names the default model: a SmolLM2 server under it never opens."""
+    with pytest.raises(RuntimeError, match="did not start"):
+        with smol_server(smollm2, policy="pask", budget=0.33):
+            pass
+    logged = capsys.readouterr().err  # uvicorn's log of the failed startup
+    assert "PolicyTableError" in logged and "calibrated for model" in logged

@@ -214,6 +214,11 @@ def test_errors_have_openai_shape_and_status(client: openai.OpenAI, smol: Any) -
         client.chat.completions.create(
             model=SMOL, messages=ASK, extra_body={"pask_policy": "magic"}, max_tokens=4
         )
+    with pytest.raises(openai.BadRequestError) as info:  # the shipped table is the Qwen model's
+        client.chat.completions.create(
+            model=SMOL, messages=ASK, extra_body={"pask_policy": "pask"}, max_tokens=4
+        )
+    assert info.value.code == "policy_unavailable"
     with pytest.raises(openai.APIStatusError) as info:  # SmolLM2's context is 8192 tokens
         client.chat.completions.create(model=SMOL, messages=ASK, max_tokens=9000)
     assert info.value.status_code == 413 and info.value.code == "context_length_exceeded"

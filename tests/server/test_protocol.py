@@ -9,6 +9,7 @@ import pytest
 
 from pask_agent.errors import (
     ConfigError,
+    PolicyTableError,
     RequestTooLargeError,
     SchemaError,
     ToolCallError,
@@ -137,6 +138,7 @@ def test_body_that_is_not_json() -> None:
         (SchemaError("bad", path="$.x"), 400, "invalid_schema"),
         (ToolChoiceError("no such tool"), 400, "invalid_tool_choice"),
         (ConfigError("bad budget"), 400, "invalid_value"),
+        (PolicyTableError("table made for other weights"), 400, "policy_unavailable"),
         (ToolCallError("out of range", tool="f"), 500, "invalid_model_output"),
         (KeyError("bug"), 500, None),
     ],
