@@ -29,6 +29,7 @@ EXPECTED = {
     "with_structured_output(City)": "name='Paris'",
     'rt.call(City, "Tell me about Kyoto.")': "Kyoto",
     "SQLiteAssistant(": "SELECT",
+    "RuntimeConfig(record_traces=str(path))": '"name": "get_weather"',
 }
 
 
