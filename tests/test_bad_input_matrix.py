@@ -410,7 +410,11 @@ def test_unicode_and_emoji_in_names_schemas_and_prompts_work(tiny: LoadedModel) 
     }
 
     async def body(rt: Runtime) -> tuple[Any, Any, Any]:
-        calls = await rt.call([tool], "天气 in 東京? 🌧", max_new_tokens=60)
+        answer = await rt.chat(
+            _user("天气 in 東京? 🌧"), tools=[tool], tool_choice="required",
+            parallel_tool_calls=False, max_new_tokens=60,
+        )  # fmt: skip
+        calls = answer.tool_calls
         value = await rt.call(schema, "Quel plat ? 🍱", max_new_tokens=20)
         text = await rt.chat(_user("Say «héllo» 👋 in 日本語"), max_new_tokens=8)
         return calls, value, text

@@ -74,9 +74,12 @@ def _data_files(folder: Path) -> set[str]:
 @pytest.mark.wheel
 def test_built_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
+    # no PYTHONPATH: pip must not see a checkout's egg-info as an installed pask-agent
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # the folder as it was when the wheel was built (others may write into it meanwhile)
     expected = _data_files(ROOT / "calibration_data")
-    _run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)], ROOT)
+    build = [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)]
+    _run(build, ROOT, env)
     (wheel,) = dist.glob("pask_agent-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     shipped = {n.removeprefix("pask_agent/calibration_data/") for n in names}
@@ -85,17 +88,16 @@ def test_built_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
         assert f"pask_agent/sample_data/{sample}" in names
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)
     python = venv / "bin" / "python"
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "-q"]
-    _run([*pip, "--no-deps", "--no-index", str(wheel)], tmp_path)
+    _run([*pip, "--no-deps", "--no-index", str(wheel)], tmp_path, env)
     purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(_run([str(python), "-c", purelib], tmp_path).strip())
+    site = Path(_run([str(python), "-c", purelib], tmp_path, env).strip())
     (site / "_pask_reuse_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     work = tmp_path / "elsewhere"  # no checkout here: nothing can be found by accident
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     probe = json.loads(_run([str(python), "-c", PROBE], work, env).strip().splitlines()[-1])
     for key in ("package", "calibration_data", "samples"):
         assert Path(probe[key]).is_relative_to(venv), (key, probe[key])
