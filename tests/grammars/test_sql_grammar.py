@@ -176,6 +176,9 @@ _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 def _generate(loaded: Any, schema: SqlSchema, request: str, max_new_tokens: int = 48) -> str:
     """Greedy decoding through the grammar's masks: a plain forward loop over a KV cache."""
     model, tokenizer = loaded.model, loaded.tokenizer
+    # The model fixture is shared: a Runtime in an earlier test switched it to the KV store's
+    # attention, which needs the store's cache; this plain loop uses transformers' own.
+    model.set_attn_implementation("sdpa")
     vocab = model.config.vocab_size
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab)
     matcher = xgr.GrammarMatcher(
