@@ -15,6 +15,22 @@ from pask_agent.server import ServerSettings, create_app
 SMOL = "smol"
 
 
+def function_tool(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    """An OpenAI ``tools`` entry, as clients send it."""
+    parameters = {"type": "object", "properties": properties, "required": required}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+TIME = function_tool(
+    "get_time", "Get the local time in a city.", {"city": {"type": "string"}}, ["city"]
+)
+
+
 class ThreadServer:
     """``create_app(...)`` served by uvicorn on 127.0.0.1:<ephemeral> in a daemon thread."""
 

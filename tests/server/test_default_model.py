@@ -15,7 +15,7 @@ import openai
 import pytest
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from server_harness import ThreadServer
+from server_harness import TIME, ThreadServer, function_tool
 
 from pask_agent.server import ServerSettings, create_app
 
@@ -23,30 +23,12 @@ pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "README.md"
 README_URL = "http://127.0.0.1:8000/v1"
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "description": "City name"}},
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the local time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = function_tool(
+    "get_weather",
+    "Get the current weather in a city.",
+    {"city": {"type": "string", "description": "City name"}},
+    ["city"],
+)
 
 
 @tool

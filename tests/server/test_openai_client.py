@@ -10,32 +10,14 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from server_harness import SMOL
+from server_harness import SMOL, TIME, function_tool
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the local time in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
+WEATHER = function_tool(
+    "get_weather",
+    "Get the current weather in a city.",
+    {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    ["city"],
+)
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 STORY = [{"role": "user", "content": "Tell me a short story about a cat."}]
 
