@@ -33,6 +33,7 @@ from pask_agent.runtime.constraint import OutputSpec
 from pask_agent.runtime.outputs import schema_prompt
 from pask_agent.runtime.results import ChatResult, Delta, ToolCall
 from pask_agent.runtime.runtime import Conversation, Runtime
+from pask_agent.runtime.stops import stop_holdback
 
 # Errors that a retry cannot fix: the request itself is wrong.
 _NOT_RETRYABLE = (ConfigError, SchemaError, ToolChoiceError)
@@ -285,14 +286,7 @@ class _ChunkBuilder:
         return min(hits) if hits else None
 
     def _held_back(self) -> int:
-        """Length of the text's longest suffix that could start a stop sequence."""
-        best = 0
-        for s in self.req.stop:
-            for n in range(min(len(s) - 1, len(self.text)), best, -1):
-                if self.text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+        return stop_holdback(self.text, self.req.stop)
 
     def _send(self, upto: int) -> list[ChatGenerationChunk]:
         if upto <= self.sent:

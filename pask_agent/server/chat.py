@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from pask_agent.errors import PaskError
 from pask_agent.runtime.results import ChatResult, Delta
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.stops import stop_holdback
 from pask_agent.server import responses, sse
 from pask_agent.server.errors import APIError, api_error
 from pask_agent.server.metrics import ServerMetrics
@@ -145,14 +146,7 @@ class ChatTurn:
         return piece
 
     def _held_back(self) -> int:
-        """Length of the text's longest suffix that could start a stop sequence."""
-        best = 0
-        for s in self.spec.stop:
-            for n in range(min(len(s) - 1, len(self.text)), best, -1):
-                if self.text.endswith(s[:n]):
-                    best = n
-                    break
-        return best
+        return stop_holdback(self.text, self.spec.stop)
 
     @property
     def finish_reason(self) -> str:
