@@ -64,7 +64,8 @@ class RuntimeConfig:
     # this probability (grammar-masked), instead of only when continuing is its argmax. The
     # default 0.5B model closes the array after one call even when the request lists several
     # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
-    # after the last one (an exploratory teacher-forced probe on 10 parallel dev cases). Chosen on the dev split
+    # after the last one (an exploratory teacher-forced probe on 10 parallel dev cases).
+    # Chosen on the dev split
     # (results/fullkv_variants.md: parallel 20 % -> 50 %, parallel_multiple 0 % -> 40 %).
     # None: plain greedy/sampling.
     continue_calls_at: float | None = 0.01
