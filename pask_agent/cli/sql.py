@@ -18,6 +18,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--budget", type=float, default=None, help="KV budget B for the policy")
     p.add_argument("--max-rows", type=int, default=20, help="rows to print")
     p.add_argument("--time-limit", type=float, default=5.0, help="seconds per query")
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=None,
+        help="queries decoded and voted on (default: the assistant's)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -32,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
         async with Runtime.open(args.model) as rt:
             assistant = SQLiteAssistant(args.db, runtime=rt, time_limit_s=args.time_limit)
             try:
-                return await assistant.ask(args.question, policy=args.policy, budget=args.budget)
+                return await assistant.ask(
+                    args.question,
+                    policy=args.policy,
+                    budget=args.budget,
+                    candidates=args.candidates,
+                )
             finally:
                 assistant.close()
 
@@ -47,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
                     "truncated": answer.truncated or len(answer.rows) > args.max_rows,
                     "error": answer.error,
                     "usage": answer.usage.as_dict(),
+                    "candidates": [
+                        {"sql": c.sql, "digest": c.digest, "votes": c.votes, "error": c.error}
+                        for c in answer.candidates
+                    ],
                 },
                 default=str,
             )

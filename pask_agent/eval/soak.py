@@ -214,7 +214,10 @@ async def run_soak(
     rt_config = RuntimeConfig(max_batch=config.max_batch)
     async with Runtime.open(loaded, config=rt_config) as rt:
         assistants = {
-            db: SQLiteAssistant(path, runtime=rt, max_new_tokens=config.max_new_tokens)
+            # one request per SQL ask (no candidate batch): the soak counts requests
+            db: SQLiteAssistant(
+                path, runtime=rt, max_new_tokens=config.max_new_tokens, candidates=1
+            )
             for db, path in data.databases
         }
         soak = Soak(rt, config, assistants)
