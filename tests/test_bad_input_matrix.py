@@ -33,7 +33,7 @@ from pask_agent.errors import (
     SchemaError,
     ToolChoiceError,
 )
-from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.policy.default_table import build_default_table
 from pask_agent.policy.table import PolicyTable

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES
+
+if TYPE_CHECKING:
+    from pask_agent.grammars.census import TagCensus
 
 
 def add_parser(sub: Any) -> None:
@@ -31,7 +36,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pask_agent.grammars.census import bfcl_census, write_census
+    from pask_agent.grammars.census import write_census
 
     census = bfcl_census(
         args.model, categories=args.categories, limit=args.limit, tool_choice=args.tool_choice
@@ -43,3 +48,33 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"wrote {json_path} and {md_path}")
     return 0
+
+
+def bfcl_census(
+    model: str,
+    *,
+    categories: Sequence[str] = NON_LIVE_CATEGORIES,
+    limit: int | None = None,
+    tool_choice: str = "auto",
+) -> TagCensus:
+    """The census over BFCL categories for a bundled model (tokenizer and config only).
+
+    Lives here, not in ``grammars``: it joins the BFCL loader (``eval``), the model files
+    (``runtime``) and the layer grouping (``policy``), which the census itself must not import.
+    """
+    from pask_agent.eval.bfcl import ground_truth_text, load_bfcl
+    from pask_agent.grammars.census import tag_census
+    from pask_agent.policy.actions import LayerGroups
+    from pask_agent.runtime.models import load_tokenizer, resolve_model_dir
+
+    config = json.loads((resolve_model_dir(model) / "config.json").read_text(encoding="utf-8"))
+    groups = LayerGroups.for_layers(int(config["num_hidden_layers"]))
+    cases = [case for category in categories for case in load_bfcl(category, limit=limit)]
+    return tag_census(
+        load_tokenizer(model),
+        cases,
+        answer_text=ground_truth_text,
+        model=model,
+        layer_ranges=[groups.layers_of(g) for g in range(groups.count)],
+        tool_choice=tool_choice,
+    )

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pask_agent.errors import GrammarRejectedError
-    from pask_agent.grammars.fc_tagger import FunctionCallTagger
+    from pask_agent.grammars.json.tagger import FunctionCallTagger
     from pask_agent.grammars.token_text import token_texts
     from pask_agent.grammars.tool_spec import load_tool_specs
     from pask_agent.runtime.models import load_tokenizer

@@ -34,11 +34,11 @@ from typing import Any
 import anyio
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
 from pask_agent.eval.paired import PairedComparison, compare_paired, paired_table
 from pask_agent.eval.plots import plot_accuracy_vs_budget
 from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
 
 
 def load_split(

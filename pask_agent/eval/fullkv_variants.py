@@ -38,6 +38,7 @@ from typing import Any
 import anyio
 
 from pask_agent.errors import ConfigError
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase
 from pask_agent.eval.bfcl_eval import (
     CaseResult,
     ConfigSummary,
@@ -47,7 +48,6 @@ from pask_agent.eval.bfcl_eval import (
     summarize,
 )
 from pask_agent.eval.provenance import provenance
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase
 
 SEVERAL = (
     "You are a helpful assistant. A request may need several function calls: make one call "
@@ -113,7 +113,8 @@ def wrapped_output(fmt: str, rt: Any) -> Callable[[BfclCase], tuple[Any, Any]] |
     """For a non-JSON format, a function giving each case its grammar and parser."""
     if fmt == "json":
         return None
-    from pask_agent.grammars.tool_grammar import make_compiler, tool_call_ebnf
+    from pask_agent.grammars.compiler import make_compiler
+    from pask_agent.grammars.json.tool_grammar import tool_call_ebnf
     from pask_agent.runtime.constraint import OutputSpec
 
     tok = rt.tokenizer

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, load_bfcl
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, load_bfcl
 from pask_agent.package_data import calibration_data_dir
 
 PARTITIONS: tuple[str, ...] = ("calibration", "dev", "test")

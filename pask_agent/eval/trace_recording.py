@@ -16,8 +16,8 @@ import anyio
 
 from pask_agent.calibration.traces import Trace, messages_json, write_traces
 from pask_agent.errors import ConfigError
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check
 from pask_agent.eval.splits import cases_in
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check
 
 ALIASES = {"simple": "simple_python"}
 

@@ -2,33 +2,53 @@
 
 Calibration measures task-error sensitivity and distortion per bucket ``(cls, role, state,
 next)`` × layer group, so before calibrating we want to know which buckets real tool calls
-populate and how often. The census tags the ground-truth answers of the BFCL non-live cases
-(``bfcl.ground_truth_text``) token by token with ``FunctionCallTagger`` on a model's tokenizer
-and counts buckets. Every token yields one lookup key per layer group (``q = (z, c)``), so each
-token counts once in every group; the per-group tables carry the layer ranges the keys apply to.
+populate and how often. The census tags reference answers (the CLI feeds BFCL's ground truth)
+token by token with ``FunctionCallTagger`` on a model's tokenizer and counts buckets. Every token
+yields one lookup key per layer group (``q = (z, c)``), so each token counts once in every group;
+the per-group tables carry the layer ranges the keys apply to.
 
-Answers the grammar rejects (BFCL lists a few that contradict their own schema) are listed, not
-counted.
+The census knows nothing of where cases come from or how layers are grouped: a case is anything
+with an id, a category, tool functions and a parallel flag (``CensusCase``), its answer text
+comes from the caller's ``answer_text``, and the layer groups arrive as plain ranges. That keeps
+``grammars`` below ``policy``, ``runtime`` and ``eval``. Answers the grammar rejects (BFCL lists a
+few that contradict their own schema) are listed, not counted.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pask_agent.errors import ConfigError, GrammarRejectedError, ToolChoiceError
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, BfclCase, ground_truth_text, load_bfcl
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
+from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.tags import VOCABULARIES
 from pask_agent.grammars.token_text import token_texts
-from pask_agent.policy.actions import LayerGroups
 
 GROUP_NAMES: tuple[str, ...] = ("lower", "middle", "upper")
 _CHOICES = ("auto", "required", "any")
+
+
+class CensusCase(Protocol):
+    """What the census reads from a case (``eval.bfcl.BfclCase`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def category(self) -> str: ...
+
+    @property
+    def functions(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def parallel(self) -> bool: ...
+
+
+C = TypeVar("C", bound=CensusCase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,17 +57,31 @@ class TagCensus:
 
     ``buckets`` pairs a tag key ``cls/role/state/next`` with its token count, most frequent
     first; ``categories`` gives ``(category, cases tagged, tokens)``; ``rejected`` holds
-    ``(case id, reason)`` for answers the grammar rejects.
+    ``(case id, reason)`` for answers the grammar rejects. ``layer_ranges`` holds the layers of
+    the lower, middle and upper group, in order.
     """
 
     model: str
     tool_choice: str
-    layer_groups: LayerGroups
+    layer_ranges: tuple[range, ...]
     cases: int
     tokens: int
     buckets: tuple[tuple[str, int], ...]
     categories: tuple[tuple[str, int, int], ...]
     rejected: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        ranges = self.layer_ranges
+        contiguous = all(a.stop == b.start for a, b in zip(ranges, ranges[1:], strict=False))
+        if len(ranges) != len(GROUP_NAMES) or not contiguous or ranges[0].start != 0:
+            raise ConfigError(
+                f"layer_ranges must be {len(GROUP_NAMES)} contiguous ranges from layer 0 "
+                f"({', '.join(GROUP_NAMES)}), got {list(ranges)}"
+            )
+
+    @property
+    def num_layers(self) -> int:
+        return self.layer_ranges[-1].stop
 
     @property
     def distinct_buckets(self) -> int:
@@ -56,8 +90,7 @@ class TagCensus:
     def group_rows(self) -> list[dict[str, Any]]:
         """One row per layer group: its layers and its (bucket, group) counts."""
         rows = []
-        for group, name in enumerate(GROUP_NAMES):
-            layers = self.layer_groups.layers_of(group)
+        for group, (name, layers) in enumerate(zip(GROUP_NAMES, self.layer_ranges, strict=True)):
             rows.append(
                 {
                     "group": group,
@@ -84,11 +117,11 @@ class TagCensus:
             "model": self.model,
             "family": "function_calling",
             "tool_choice": self.tool_choice,
-            "num_layers": self.layer_groups.num_layers,
+            "num_layers": self.num_layers,
             "cases": self.cases,
             "tokens": self.tokens,
             "distinct_buckets": self.distinct_buckets,
-            "distinct_bucket_group_keys": self.distinct_buckets * self.layer_groups.count,
+            "distinct_bucket_group_keys": self.distinct_buckets * len(self.layer_ranges),
             "buckets": dict(self.buckets),
             "marginals": self.marginals(),
             "layer_groups": self.group_rows(),
@@ -102,8 +135,8 @@ class TagCensus:
             "",
             f"{self.cases} BFCL ground-truth answers, {self.tokens} tokens, tool_choice "
             f"`{self.tool_choice}`: **{self.distinct_buckets} distinct buckets** "
-            f"(× {self.layer_groups.count} layer groups = "
-            f"{self.distinct_buckets * self.layer_groups.count} decode lookup keys).",
+            f"(× {len(self.layer_ranges)} layer groups = "
+            f"{self.distinct_buckets * len(self.layer_ranges)} decode lookup keys).",
             "",
             "| category | cases | tokens |",
             "| --- | ---: | ---: |",
@@ -139,13 +172,16 @@ class TagCensus:
 
 def tag_census(
     tokenizer: Any,
-    cases: Iterable[BfclCase],
+    cases: Iterable[C],
     *,
+    answer_text: Callable[[C], str],
     model: str,
-    layer_groups: LayerGroups,
+    layer_ranges: Sequence[range],
     tool_choice: str = "auto",
 ) -> TagCensus:
-    """Tag every case's ground-truth answer with ``tokenizer``'s tokens and count buckets.
+    """Tag every case's answer (``answer_text(case)``) with ``tokenizer``'s tokens and count
+    buckets. ``answer_text`` may raise ``ConfigError`` or ``GrammarRejectedError`` for a case
+    with no usable answer; that case is listed under ``rejected``.
 
     Raises
     ------
@@ -163,7 +199,7 @@ def tag_census(
     for case in cases:
         row = per_category.setdefault(case.category, [0, 0])
         try:
-            text = ground_truth_text(case)
+            text = answer_text(case)
             tagger = FunctionCallTagger(
                 case.functions, parallel=case.parallel, tool_choice=tool_choice
             )
@@ -181,30 +217,12 @@ def tag_census(
     return TagCensus(
         model=model,
         tool_choice=tool_choice,
-        layer_groups=layer_groups,
+        layer_ranges=tuple(layer_ranges),
         cases=sum(r[0] for r in per_category.values()),
         tokens=sum(buckets.values()),
         buckets=tuple(sorted(buckets.items(), key=lambda kv: (-kv[1], kv[0]))),
         categories=tuple((c, n, t) for c, (n, t) in per_category.items()),
         rejected=tuple(rejected),
-    )
-
-
-def bfcl_census(
-    model: str,
-    *,
-    categories: Sequence[str] = NON_LIVE_CATEGORIES,
-    limit: int | None = None,
-    tool_choice: str = "auto",
-) -> TagCensus:
-    """The census over BFCL categories for a bundled model (tokenizer and config only)."""
-    from pask_agent.runtime.models import load_tokenizer, resolve_model_dir
-
-    config = json.loads((resolve_model_dir(model) / "config.json").read_text(encoding="utf-8"))
-    layers = LayerGroups.for_layers(int(config["num_hidden_layers"]))
-    cases = [case for category in categories for case in load_bfcl(category, limit=limit)]
-    return tag_census(
-        load_tokenizer(model), cases, model=model, layer_groups=layers, tool_choice=tool_choice
     )
 
 

@@ -3,7 +3,7 @@
 ``ToolSpec.from_any`` accepts a Pydantic model class, a typed Python function (its docstring
 gives the descriptions), a JSON Schema dict with a ``title``/``name``, an OpenAI tool dict, a BFCL
 function doc, a LangChain tool, or a ``ToolSpec``. The parameters are normalized once
-(``json_schema.normalize_parameters``) so that the grammar, the prompt and the span labeller all
+(``json/schema.normalize_parameters``) so that the grammar, the prompt and the span labeller all
 see the same schema.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError, SchemaError
-from pask_agent.grammars.json_schema import normalize_parameters
+from pask_agent.grammars.json.schema import normalize_parameters
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,8 +29,8 @@ import torch
 import xgrammar as xgr
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.grammars.compiler import special_token_ids, stop_token_ids
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.grammars.tool_grammar import special_token_ids, stop_token_ids
 from pask_agent.policy.base import Demotion, Policy, PolicySession, RetentionView
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.full import FullPolicy

@@ -12,10 +12,11 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
-from pask_agent.grammars.json_ebnf import EbnfBuilder
-from pask_agent.grammars.json_schema import normalize_schema
-from pask_agent.grammars.tool_grammar import compile_tool_grammar, make_compiler
+from pask_agent.grammars.compiler import make_compiler
+from pask_agent.grammars.json.ebnf import EbnfBuilder
+from pask_agent.grammars.json.schema import normalize_schema
+from pask_agent.grammars.json.tagger import FunctionCallTagger
+from pask_agent.grammars.json.tool_grammar import compile_tool_grammar
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
 from pask_agent.runtime.constraint import OutputSpec
 from pask_agent.runtime.results import ToolCall

@@ -2,7 +2,7 @@
 
 Why, when a grammar already bound the answer: the grammar enforces the call's shape, names and
 types, but a schema says more than a grammar can (numeric bounds such as ``minimum``,
-``maximum`` and ``multipleOf`` are kept as annotations, ``grammars/json_schema.py``), and a
+``maximum`` and ``multipleOf`` are kept as annotations, ``grammars/json/schema.py``), and a
 grammar bug would otherwise reach the caller's tool as a silently wrong call. ``jsonschema`` is
 an independent referee: a call it rejects raises :class:`~pask_agent.errors.ToolCallError`
 naming the tool, the argument's JSON path and the rule it broke.

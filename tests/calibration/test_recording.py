@@ -52,8 +52,8 @@ def test_runtime_records_one_trace_per_finished_turn(smollm2, tmp_path: Path) ->
 @pytest.mark.slow
 def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
     from pask_agent.cli import main
+    from pask_agent.eval.bfcl import ast_check, parse_calls
     from pask_agent.eval.splits import cases_in
-    from pask_agent.grammars.bfcl import ast_check, parse_calls
 
     out = tmp_path / "cal.jsonl"
     args = ["traces", "record", "--bfcl", "simple,parallel", "--split", "calibration"]

@@ -20,6 +20,7 @@ import pytest
 
 from pask_agent.calibration.traces import read_traces
 from pask_agent.errors import ConfigError
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
 from pask_agent.eval.bfcl_eval import (
     CaseResult,
     configurations,
@@ -30,7 +31,6 @@ from pask_agent.eval.bfcl_eval import (
     write_results,
 )
 from pask_agent.eval.splits import PARTITIONS, load_split_file, make_split, schema_key
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
 
 
 def test_split_file_is_fixed_disjoint_and_schema_closed() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.bfcl import (
+from pask_agent.eval.bfcl import (
     NON_LIVE_CATEGORIES,
     BfclCase,
     ast_check,
@@ -19,12 +19,8 @@ from pask_agent.grammars.bfcl import (
     load_bfcl,
     parse_calls,
 )
-from pask_agent.grammars.tool_grammar import (
-    ToolCallGrammar,
-    compile_tool_grammar,
-    make_compiler,
-    stop_token_ids,
-)
+from pask_agent.grammars.compiler import make_compiler, stop_token_ids
+from pask_agent.grammars.json.tool_grammar import ToolCallGrammar, compile_tool_grammar
 from pask_agent.runtime.models import load_tokenizer
 
 # BFCL answers that contradict their own schema: a string where the schema says array of float

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from pask_agent.cli import main
-from pask_agent.errors import ToolChoiceError
-from pask_agent.grammars.bfcl import ground_truth_text, load_bfcl
-from pask_agent.grammars.census import tag_census, write_census
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
+from pask_agent.errors import ConfigError, ToolChoiceError
+from pask_agent.eval.bfcl import ground_truth_text, load_bfcl
+from pask_agent.grammars.census import TagCensus, tag_census, write_census
+from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.tags import Tag
 from pask_agent.grammars.token_text import token_texts
 from pask_agent.policy.actions import LayerGroups
@@ -31,9 +31,23 @@ def cases() -> list[Any]:
     return subset + bad  # parallel_multiple_21's answer contradicts its own schema
 
 
+def _census(
+    tokenizer: Any, cases: Any, *, groups: LayerGroups, model: str = "m", tool_choice: str = "auto"
+) -> TagCensus:
+    ranges = [groups.layers_of(g) for g in range(groups.count)]
+    return tag_census(
+        tokenizer,
+        cases,
+        answer_text=ground_truth_text,
+        model=model,
+        layer_ranges=ranges,
+        tool_choice=tool_choice,
+    )
+
+
 def test_census_counts_every_token_of_the_accepted_answers(tokenizer: Any, cases: Any) -> None:
     groups = LayerGroups.for_layers(30)
-    census = tag_census(tokenizer, cases, model="smollm2-135m", layer_groups=groups)
+    census = _census(tokenizer, cases, model="smollm2-135m", groups=groups)
     expected: dict[str, int] = {}
     for case in cases[:-1]:
         ids = tokenizer(ground_truth_text(case), add_special_tokens=False)["input_ids"]
@@ -67,18 +81,29 @@ def _tokens(tokenizer: Any, case: Any) -> int:
 
 def test_tool_choice_changes_only_the_deciding_first_token(tokenizer: Any, cases: Any) -> None:
     groups = LayerGroups.for_layers(30)
-    auto = tag_census(tokenizer, cases[:5], model="m", layer_groups=groups)
-    required = tag_census(tokenizer, cases[:5], model="m", layer_groups=groups, tool_choice="any")
+    auto = _census(tokenizer, cases[:5], groups=groups)
+    required = _census(tokenizer, cases[:5], groups=groups, tool_choice="any")
     first_auto = "pure_scaffold/scaffold_separator/critical/no_lookahead"
     assert dict(auto.buckets)[first_auto] == 5
     assert first_auto not in dict(required.buckets)
     assert auto.tokens == required.tokens
     with pytest.raises(ToolChoiceError, match="auto, required, any"):
-        tag_census(tokenizer, cases, model="m", layer_groups=groups, tool_choice="none")
+        _census(tokenizer, cases, groups=groups, tool_choice="none")
+
+
+def test_layer_ranges_must_cover_three_contiguous_groups(tokenizer: Any, cases: Any) -> None:
+    with pytest.raises(ConfigError, match="3 contiguous ranges"):
+        tag_census(
+            tokenizer,
+            cases[:1],
+            answer_text=ground_truth_text,
+            model="m",
+            layer_ranges=[range(0, 5), range(6, 10), range(10, 12)],
+        )
 
 
 def test_written_files_round_trip(tokenizer: Any, cases: Any, tmp_path: Path) -> None:
-    census = tag_census(tokenizer, cases, model="m", layer_groups=LayerGroups.for_layers(24))
+    census = _census(tokenizer, cases, groups=LayerGroups.for_layers(24))
     json_path, md_path = write_census(census, tmp_path / "out" / "census.json")
     payload = json.loads(json_path.read_text())
     assert payload["distinct_buckets"] == census.distinct_buckets

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 
 from pask_agent.errors import GrammarRejectedError, SchemaError, ToolChoiceError
-from pask_agent.grammars.bfcl import NON_LIVE_CATEGORIES, ground_truth_calls, load_bfcl
-from pask_agent.grammars.bfcl import ground_truth_text as bfcl_text
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
+from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, ground_truth_calls, load_bfcl
+from pask_agent.eval.bfcl import ground_truth_text as bfcl_text
+from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.tags import Tag
 from pask_agent.grammars.token_text import TokenTextStream, token_texts
 from pask_agent.runtime.models import load_tokenizer

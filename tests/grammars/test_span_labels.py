@@ -10,7 +10,7 @@ import pytest
 
 from pask_agent.cli import main
 from pask_agent.errors import ConfigError, SchemaError
-from pask_agent.grammars.bfcl import BfclCase, load_bfcl
+from pask_agent.eval.bfcl import BfclCase, load_bfcl
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import (
     LABEL_PRIORITY,

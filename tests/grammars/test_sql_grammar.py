@@ -14,8 +14,8 @@ from sqlglot import exp
 from transformers import DynamicCache
 
 from pask_agent.eval.sql_data import load_sample_questions, sample_data_dir
-from pask_agent.grammars.sql_grammar import compile_sql_grammar
-from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.grammars.sql.grammar import compile_sql_grammar
+from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.runtime.models import load_tokenizer
 
 DATA = sample_data_dir()

@@ -13,7 +13,7 @@ import pytest
 
 from pask_agent.errors import ConfigError, DDLError
 from pask_agent.eval.sql_data import load_bird_dev, load_sample_questions, sample_data_dir
-from pask_agent.grammars.sql_schema import SqlColumn, SqlSchema, quote_identifier
+from pask_agent.grammars.sql.schema import SqlColumn, SqlSchema, quote_identifier
 
 DATA = sample_data_dir()
 

@@ -9,8 +9,8 @@ import pytest
 
 from pask_agent.eval.sql_data import sample_data_dir
 from pask_agent.grammars.span_labels import CharSpan
-from pask_agent.grammars.sql_schema import SqlSchema
-from pask_agent.grammars.sql_span_labels import find_ddl_spans, label_ddl_spans, label_ddl_tokens
+from pask_agent.grammars.sql.schema import SqlSchema
+from pask_agent.grammars.sql.span_labels import find_ddl_spans, label_ddl_spans, label_ddl_tokens
 from pask_agent.runtime.models import load_tokenizer
 
 DATA = sample_data_dir()

@@ -11,9 +11,9 @@ import xgrammar as xgr
 
 from pask_agent.errors import GrammarRejectedError
 from pask_agent.eval.sql_data import load_sample_questions, sample_data_dir
-from pask_agent.grammars.sql_grammar import compile_sql_grammar
-from pask_agent.grammars.sql_schema import SqlSchema
-from pask_agent.grammars.sql_tagger import SqlTagger
+from pask_agent.grammars.sql.grammar import compile_sql_grammar
+from pask_agent.grammars.sql.schema import SqlSchema
+from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.grammars.tags import Tag
 from pask_agent.runtime.models import load_tokenizer
 
@@ -43,7 +43,7 @@ def _tags(schema: SqlSchema, pieces: list[str]) -> list[str]:
     return [tagger.feed(p).key() for p in pieces]
 
 
-# (token text, expected tag) pairs, checked by hand against the mapping in sql_tagger.py.
+# (token text, expected tag) pairs, checked by hand against the mapping in grammars/sql/tagger.py.
 HAND_CHECKED = [
     ("SELECT", "pure_scaffold/outside_schema/boundary/lookahead_critical"),
     (" first", "schema_bearing/projection/critical/lookahead_critical"),

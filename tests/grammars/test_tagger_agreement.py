@@ -24,18 +24,13 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from pask_agent.errors import GrammarRejectedError
-from pask_agent.grammars.bfcl import load_bfcl
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
-from pask_agent.grammars.json_ebnf import json_literal
-from pask_agent.grammars.json_nodes import FREE_TEXT_FORBIDDEN_FIRST
+from pask_agent.eval.bfcl import load_bfcl
+from pask_agent.grammars.compiler import make_compiler, special_token_ids, stop_token_ids
+from pask_agent.grammars.json.layout import json_literal
+from pask_agent.grammars.json.nodes import FREE_TEXT_FORBIDDEN_FIRST
+from pask_agent.grammars.json.tagger import FunctionCallTagger
+from pask_agent.grammars.json.tool_grammar import ToolCallGrammar, compile_tool_grammar
 from pask_agent.grammars.token_text import token_texts
-from pask_agent.grammars.tool_grammar import (
-    ToolCallGrammar,
-    compile_tool_grammar,
-    make_compiler,
-    special_token_ids,
-    stop_token_ids,
-)
 from pask_agent.grammars.tool_spec import tool_specs
 from pask_agent.runtime.models import load_tokenizer
 
@@ -313,7 +308,7 @@ def test_mutated_outputs_are_rejected_at_the_same_token(model: str, config: str,
 
 def test_bfcl_ground_truths_agree_with_xgrammar_token_by_token() -> None:
     """A sample of real answers (the full 1000 are tagged in test_fc_tagger)."""
-    from pask_agent.grammars.bfcl import ground_truth_text
+    from pask_agent.eval.bfcl import ground_truth_text
 
     tokenizer, compiler, stop = _toolkit("default")
     bitmask = xgr.allocate_token_bitmask(1, VOCAB_SIZES["default"])

@@ -12,12 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pask_agent.errors import SchemaError, ToolChoiceError
-from pask_agent.grammars.tool_grammar import (
+from pask_agent.grammars.compiler import make_compiler, special_token_ids, stop_token_ids
+from pask_agent.grammars.json.tool_grammar import (
     ToolCallGrammar,
     compile_tool_grammar,
-    make_compiler,
-    special_token_ids,
-    stop_token_ids,
     tool_call_ebnf,
 )
 from pask_agent.runtime.models import load_tokenizer

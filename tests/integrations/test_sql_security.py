@@ -22,8 +22,8 @@ import anyio
 import pytest
 import xgrammar as xgr
 
-from pask_agent.grammars.sql_grammar import compile_sql_grammar
-from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.grammars.sql.grammar import compile_sql_grammar
+from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError, _authorize
 from pask_agent.package_data import sample_data_dir

@@ -25,7 +25,7 @@ import pytest
 from policies import ALL_POLICIES, PolicyCase, policy_params
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.bfcl import load_bfcl
+from pask_agent.eval.bfcl import load_bfcl
 from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy import POLICIES, PaskPolicy, PolicyEnv, RetentionView, get_policy
 from pask_agent.policy.actions import Action

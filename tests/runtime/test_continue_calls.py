@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.bfcl import ast_check, load_bfcl
+from pask_agent.eval.bfcl import ast_check, load_bfcl
 from pask_agent.runtime.engine import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from pask_agent.grammars.bfcl import load_bfcl
+from pask_agent.eval.bfcl import load_bfcl
 from pask_agent.runtime.runtime import Runtime
 
 

@@ -12,8 +12,8 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
-from pask_agent.grammars.fc_tagger import FunctionCallTagger
-from pask_agent.grammars.json_schema import normalize_schema
+from pask_agent.grammars.json.schema import normalize_schema
+from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.runtime.runtime import Runtime
 
 

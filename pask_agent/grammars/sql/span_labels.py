@@ -29,7 +29,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from pask_agent.grammars.span_labels import CharSpan, labels_for_tokens, spans_of_char_labels
-from pask_agent.grammars.sql_schema import CONSTRAINT_WORDS, SqlSchema
+from pask_agent.grammars.sql.schema import CONSTRAINT_WORDS, SqlSchema
 
 _CREATE = re.compile(r"\bCREATE\s+TABLE\b", re.IGNORECASE)
 _QUOTES = {'"': '"', "`": "`", "[": "]", "'": "'"}

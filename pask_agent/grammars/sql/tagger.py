@@ -1,7 +1,7 @@
 """Structural tagger for schema-bound SQL: one ``Tag`` per generated token (paper §3.3, A.1).
 
 xgrammar decides which tokens are legal but keeps its parser state private, so this is a small
-incremental parser of our own over the language of ``sql_grammar.py``: a character-level lexer
+incremental parser of our own over the language of ``grammar.py``: a character-level lexer
 (words, numbers, strings, quoted identifiers, operators) feeding a clause stack with one frame
 per open parenthesis. A step touches only the top frame and a bounded word buffer, so the work
 per token does not depend on how long the query already is, and a snapshot per token makes
@@ -37,7 +37,7 @@ qualifier is tagged ``schema_bearing``/``critical``.
 from __future__ import annotations
 
 from pask_agent.errors import GrammarRejectedError
-from pask_agent.grammars.sql_scanner import (
+from pask_agent.grammars.sql.scanner import (
     AFTER,
     ALIAS,
     CLAUSE_WORDS,
@@ -59,7 +59,7 @@ from pask_agent.grammars.sql_scanner import (
     State,
     word_case_ok,
 )
-from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.grammars.tags import Tag
 
 _CLS = ("pure_scaffold", "free_generation", "schema_bearing")

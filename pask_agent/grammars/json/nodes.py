@@ -1,10 +1,9 @@
-"""The scanner's data: schema nodes (what may be written) and parse frames (where we are).
+"""The scanner's schema nodes: what may be written next (the parse state is in ``frames``).
 
-Each node mirrors one case of ``json_ebnf.EbnfBuilder.schema`` (same language, same literal
+Each node mirrors one case of ``ebnf.EbnfBuilder.schema`` (same language, same literal
 spellings), plus the call-level pieces ``tool_grammar`` adds: the dispatch literal (tool name)
 whose value selects the arguments schema, and free text. Nodes are immutable, built once per
-tool set and compared by identity. Frames are the small immutable records ``json_lexer`` keeps
-on its stack; they compare by value so equal configurations can be merged.
+tool set and compared by identity.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pask_agent.grammars.json_ebnf import JsonLayout, json_literal
+from pask_agent.grammars.json.layout import JsonLayout, json_literal
 from pask_agent.grammars.tool_spec import ToolSpec
 
 
@@ -167,7 +166,7 @@ ANY_LITERALS = LiteralNode(("true", "false", "null"))
 def compile_schema(
     schema: Mapping[str, Any], layout: JsonLayout, *, any_node: AnyNode | None = None
 ) -> Node:
-    """Scanner node for one normalized schema (``json_schema.normalize_schema`` output).
+    """Scanner node for one normalized schema (``schema.normalize_schema`` output).
 
     Mirrors ``EbnfBuilder.schema`` case by case; property roles are the schema's own
     required/optional split. ``any_node`` shares one ``AnyNode`` across a tool set.
@@ -262,77 +261,3 @@ def output_node(
     if text:
         options = (*options, TextNode())
     return options[0] if len(options) == 1 else UnionNode(options)
-
-
-# ---- parse frames (the scanner state; see json_lexer) ----------------------------------------
-# Phases shared by record and map frames.
-OPEN, KEY, COLON, COLON_SP, VALUE, AFTER, COMMA_SP, KEY_OPEN = range(8)
-# Number automaton states (JSON number with the layout's digit bounds).
-N_START, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_EMARK, N_ESIGN, N_EXP = range(9)
-
-
-@dataclass(frozen=True, slots=True)
-class StartFrame:
-    node: Node
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class RecFrame:
-    node: RecordNode
-    phase: int
-    idx: int  # first property that may still be written
-    cands: tuple[int, ...]  # properties whose key matches what was read (KEY) or was chosen
-    pos: int  # characters of the key read so far, opening quote included
-    role: Role
-    choice: int  # index of the completed dispatch literal, -1 before
-
-
-@dataclass(frozen=True, slots=True)
-class MapFrame:
-    node: MapNode
-    phase: int
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class ArrFrame:
-    node: ArrayNode
-    phase: int
-    count: int  # items started so far (capped, see _cap)
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class StrFrame:
-    node: StringNode
-    esc: int  # 0 plain, -1 after a backslash, k > 0: k hex digits of \uXXXX still due
-    count: int  # JSON characters so far (capped)
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class LitFrame:
-    node: LiteralNode
-    cands: tuple[int, ...]
-    pos: int
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class NumFrame:
-    node: NumberNode
-    state: int
-    ndig: int  # digits in the current section (integer, fraction or exponent part)
-    role: Role
-
-
-@dataclass(frozen=True, slots=True)
-class TextFrame:
-    pass
-
-
-Frame = StartFrame | RecFrame | MapFrame | ArrFrame | StrFrame | LitFrame | NumFrame | TextFrame
-Stack = tuple[Frame, "Stack"] | None
-Step = tuple[Stack, Kind, Role]
-TEXT_FRAME = TextFrame()

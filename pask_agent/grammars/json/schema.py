@@ -1,7 +1,7 @@
 """Normalize a tool's JSON Schema into the subset the tool-call grammar enforces exactly.
 
 Tool specs arrive from Pydantic, Python signatures, OpenAI dicts and BFCL function docs. They all
-become one normalized dialect here, so the grammar builder (``json_ebnf.py``), the prompt renderer
+become one normalized dialect here, so the grammar builder (``json/ebnf.py``), the prompt renderer
 and the span labeller see a single shape:
 
 * BFCL spellings become JSON Schema: ``dict`` → ``object``, ``float`` → ``number``,

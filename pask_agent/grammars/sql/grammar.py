@@ -7,7 +7,7 @@ with an optional trailing ``;``. No statement that writes or changes a database 
 ``UPDATE``, ``DELETE``, ``REPLACE``, ``DROP``, ``CREATE``, ``ALTER``, ``ATTACH``, ``DETACH``,
 ``PRAGMA``, ``VACUUM``) has a derivation.
 
-Conventions (the tagger in ``sql_tagger.py`` follows the same ones, and the project's gold SQL
+Conventions (the tagger in ``tagger.py`` follows the same ones, and the project's gold SQL
 is stored in this canonical form):
 
 * Keywords and function names are all upper case or all lower case (``SELECT``/``select``).
@@ -27,7 +27,7 @@ is stored in this canonical form):
 
 from __future__ import annotations
 
-from pask_agent.grammars.sql_schema import SqlSchema, needs_quotes
+from pask_agent.grammars.sql.schema import SqlSchema, needs_quotes
 
 KEYWORDS: tuple[str, ...] = (
     "SELECT",

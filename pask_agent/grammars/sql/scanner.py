@@ -1,7 +1,7 @@
 """Character-level scanner for the SQL tagger: a lexer plus a clause stack (one frame per
-open parenthesis) over the language of ``sql_grammar.py``.
+open parenthesis) over the language of ``grammar.py``.
 
-Each closed lexeme yields its ``(cls, role, state)`` part; ``SqlTagger`` (``sql_tagger.py``)
+Each closed lexeme yields its ``(cls, role, state)`` part; ``SqlTagger`` (``tagger.py``)
 combines the parts of one token into a ``Tag`` and owns snapshots and rollback. The state is a
 frozen value whose stack depth is the parenthesis depth and whose word buffer is bounded, so a
 step's cost does not depend on how much text came before.
@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pask_agent.errors import GrammarRejectedError
-from pask_agent.grammars.sql_grammar import (
+from pask_agent.grammars.sql.grammar import (
     AGGREGATE_FUNCTIONS,
     CAST_TYPES,
     SCALAR_FUNCTIONS,
     spellings,
 )
-from pask_agent.grammars.sql_schema import SqlSchema
+from pask_agent.grammars.sql.schema import SqlSchema
 
 # fmt: off
 _CLAUSE_ROLE = {"start": "outside_schema", "select": "projection", "from": "relation",

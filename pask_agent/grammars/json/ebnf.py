@@ -17,25 +17,11 @@ Layout and bounds (``JsonLayout``):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from pask_agent.errors import SchemaError
-
-
-@dataclass(frozen=True, slots=True)
-class JsonLayout:
-    """Bounds that keep every literal finite (see the module docstring).
-
-    The defaults admit every ``repr`` of a Python float (at most 16 integer digits before it
-    switches to an exponent, and 17 significant digits after up to 4 leading zeros) and every
-    integer below 10**16, and nothing longer.
-    """
-
-    max_int_digits: int = 16
-    max_frac_digits: int = 21
+from pask_agent.grammars.json.layout import JsonLayout, json_literal
 
 
 def ebnf_literal(text: str) -> str:
@@ -55,11 +41,6 @@ def ebnf_literal(text: str) -> str:
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'
-
-
-def json_literal(value: Any) -> str:
-    """The one spelling of a JSON value that the grammar and rendered ground truth share."""
-    return json.dumps(value, ensure_ascii=False)
 
 
 class EbnfBuilder:
@@ -150,7 +131,7 @@ class EbnfBuilder:
 
     # -- schemas -----------------------------------------------------------------------------
     def schema(self, node: Mapping[str, Any], path: str = "$") -> str:
-        """Rule name for a normalized schema node (see ``json_schema.normalize_schema``)."""
+        """Rule name for a normalized schema node (see ``schema.normalize_schema``)."""
         if "const" in node:
             return self.rule(ebnf_literal(json_literal(node["const"])), "const")
         if "enum" in node:

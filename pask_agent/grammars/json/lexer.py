@@ -1,11 +1,11 @@
 """Incremental, schema-driven scanner for the tool-call grammar's compact JSON layout.
 
-The structural tagger (``fc_tagger.py``) needs to know, for every generated character, where in
+The structural tagger (``tagger.py``) needs to know, for every generated character, where in
 the schema it is: a key of which object, the value of which property, the tool name. xgrammar
 knows this too but keeps its parser state private (DESIGN.md, "Seams"), so this is a second,
-small parser over the same language as ``json_ebnf`` + ``tool_grammar`` (nodes in
-``json_nodes.py``): keys in schema order, separators exactly ``", "`` and ``": "``, no other
-whitespace, bounded numbers, strings without raw control characters, free text whose first
+small parser over the same language as ``ebnf`` + ``tool_grammar`` (nodes in ``nodes.py``,
+frames in ``frames.py``): keys in schema order, separators exactly ``", "`` and ``": "``, no
+other whitespace, bounded numbers, strings without raw control characters, free text whose first
 character is not ``{``/``[``.
 
 A configuration is an immutable linked stack ``(frame, parent)`` of small frozen frames. The
@@ -18,14 +18,11 @@ reports each character's ``Kind`` and ``Role``; the mapping to ``Tag`` lives in 
 
 from __future__ import annotations
 
-from pask_agent.grammars.json_nodes import (
+from pask_agent.grammars.json.frames import (
     AFTER,
-    ANY_LITERALS,
-    ANY_STRING,
     COLON,
     COLON_SP,
     COMMA_SP,
-    FREE_TEXT_FORBIDDEN_FIRST,
     KEY,
     KEY_OPEN,
     N_DOT,
@@ -40,27 +37,32 @@ from pask_agent.grammars.json_nodes import (
     OPEN,
     TEXT_FRAME,
     VALUE,
-    AnyNode,
-    ArrayNode,
     ArrFrame,
-    DispatchNode,
-    Kind,
-    LiteralNode,
     LitFrame,
     MapFrame,
-    MapNode,
-    Node,
-    NumberNode,
     NumFrame,
     RecFrame,
-    RecordNode,
-    Role,
     Stack,
     StartFrame,
     Step,
     StrFrame,
-    StringNode,
     TextFrame,
+)
+from pask_agent.grammars.json.nodes import (
+    ANY_LITERALS,
+    ANY_STRING,
+    FREE_TEXT_FORBIDDEN_FIRST,
+    AnyNode,
+    ArrayNode,
+    DispatchNode,
+    Kind,
+    LiteralNode,
+    MapNode,
+    Node,
+    NumberNode,
+    RecordNode,
+    Role,
+    StringNode,
     TextNode,
     UnionNode,
 )
