@@ -4,13 +4,16 @@ Why: text-to-SQL is the other agent workload of the paper (§3.3, §3.6). The sc
 from the file; the model writes SQL under a grammar compiled from that schema (only ``SELECT``,
 only the file's table and column names), the prompt's DDL is labelled span by span for the KV
 policy, and the query runs on a connection that cannot change the file (``sql_db.py``).
+Each question gets several candidate queries decoded in one batch (greedy plus seeded samples);
+each runs read-only and the answer is the result set most of them return (``sql_vote.py``):
+a small model's samples agree on the right rows more often than its greedy query finds them.
 When SQLite refuses the query (a column on the wrong table is the usual slip of a small model:
 the grammar cannot tie ``T2.col`` to the table ``T2`` names, since ``FROM`` comes after the
 select list), the assistant shows the model its own query and SQLite's message and asks once
 more (``repairs``), continuing the same conversation so the schema's KV is reused. Repairs
 are off by default: on the sample dev split (22 questions) the default model turned 1 of 6
 refused queries into one that ran, and none into a correct one, so an honest error is the
-better default for this model; larger models may do better.
+better default for this model; larger models may do better. A repair applies per candidate.
 
     async with Runtime.open("default") as rt:
         assistant = SQLiteAssistant("recipes/data/shop.sqlite", runtime=rt)
@@ -21,7 +24,9 @@ better default for this model; larger models may do better.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import math
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,8 @@ from pask_agent.grammars.sql.schema import SqlSchema, quote_identifier
 from pask_agent.grammars.sql.span_labels import label_ddl_spans
 from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
+from pask_agent.integrations.sql_vote import SqlCandidate, result_digest, tally
 from pask_agent.runtime.results import Usage
 from pask_agent.runtime.runtime import Runtime
 
@@ -42,6 +49,10 @@ INSTRUCTIONS = (
     "column with the table that defines it."
 )
 _VALUE_HINTS = 4  # distinct example values shown per text column
+MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
+DEFAULT_CANDIDATES = 5  # provisional until chosen on the dev split
+DEFAULT_SCHEMA_TOKENS = 2048  # the sample databases fit whole; BIRD's larger ones are linked
+_CHARS_PER_TOKEN = 3.0  # schema text runs 3.3-4 characters per token with the bundled models
 
 
 def repair_turn(sql: str, error: str) -> list[dict[str, str]]:
@@ -57,12 +68,55 @@ def repair_turn(sql: str, error: str) -> list[dict[str, str]]:
 
 
 @dataclass(frozen=True, slots=True)
-class SqlAnswer:
-    """The SQL the model wrote and what it returned.
+class SqlUsage:
+    """What one ``ask`` cost, over all its candidates and repair turns.
 
-    ``error`` is set (and ``rows`` empty) when SQLite refused or failed the final query;
-    ``usage`` has the final request's tokens and measured KV statistics. ``failed`` lists the
-    earlier attempts that SQLite refused, as ``(sql, error)``, oldest first.
+    Token counts and KV bytes are sums over the candidates' final requests; ``measured_b`` is
+    their summed KV payload over their summed Full-KV bytes, and ``max_measured_b`` the worst
+    single candidate's (a budget holds per request, so that is the number to check it against).
+    ``seconds`` is the wall time of the whole ask, decoding and execution.
+    """
+
+    candidates: int
+    prompt_tokens: int
+    completion_tokens: int
+    prefilled_tokens: int
+    kv_bytes: int
+    full_kv_bytes: int
+    measured_b: float
+    max_measured_b: float
+    peak_kv_bytes: int
+    seconds: float
+
+    @classmethod
+    def of(cls, usages: list[Usage], seconds: float) -> SqlUsage:
+        full = sum(u.full_kv_bytes for u in usages)
+        kv = sum(u.kv_bytes for u in usages)
+        return cls(
+            len(usages),
+            sum(u.prompt_tokens for u in usages),
+            sum(u.completion_tokens for u in usages),
+            sum(u.prefilled_tokens for u in usages),
+            kv,
+            full,
+            kv / full if full else 0.0,
+            max((u.measured_b for u in usages), default=0.0),
+            sum(u.peak_kv_bytes for u in usages),
+            seconds,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class SqlAnswer:
+    """The chosen query and what it returned, with every candidate that was considered.
+
+    ``sql`` is the winning candidate's query (the greedy one when every candidate failed);
+    ``error`` is set, and ``rows`` empty, only when every candidate failed. ``candidates``
+    holds each candidate's SQL, result digest, votes and error, greedy first. ``failed`` lists
+    the chosen candidate's earlier attempts that SQLite refused, as ``(sql, error)``.
     """
 
     question: str
@@ -71,7 +125,8 @@ class SqlAnswer:
     rows: tuple[tuple[Any, ...], ...]
     truncated: bool
     error: str | None
-    usage: Usage
+    usage: SqlUsage
+    candidates: tuple[SqlCandidate, ...] = ()
     failed: tuple[tuple[str, str], ...] = ()
 
     def table(self, max_rows: int = 20) -> str:
@@ -107,7 +162,15 @@ class SQLiteAssistant:
     max_new_tokens
         Cap on the SQL's length in tokens.
     repairs
-        How many times a query SQLite refuses is sent back to the model with the error.
+        How many times a query SQLite refuses is sent back to the model with the error
+        (per candidate).
+    candidates
+        Queries decoded per question (greedy plus ``candidates - 1`` samples at
+        ``temperature``/``top_p``, seeds ``seed + i``); the answer is their majority result.
+    linking, schema_tokens
+        Show sample rows and column values, and on a schema larger than ``schema_tokens``
+        (prompt tokens for instructions and schema) only the tables and columns the question
+        links to; ``linking=False`` gives the plain DDL prompt of earlier versions.
 
     Raises
     ------
@@ -127,20 +190,39 @@ class SQLiteAssistant:
         row_limit: int = 200,
         max_new_tokens: int = 160,
         repairs: int = 0,
+        candidates: int = DEFAULT_CANDIDATES,
+        temperature: float = 0.7,
+        top_p: float = 0.95,
+        seed: int = 0,
+        linking: bool = True,
+        schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
+        if candidates < 1:
+            raise ConfigError(f"candidates must be >= 1, got {candidates}")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ConfigError("need temperature > 0 and 0 < top_p <= 1 for the sampled candidates")
+        if schema_tokens < 64:
+            raise ConfigError(f"schema_tokens must be >= 64, got {schema_tokens}")
         self.path = Path(path)
         self.db = ReadOnlyDatabase(self.path, time_limit_s=time_limit_s, row_limit=row_limit)
         self.schema = SqlSchema.from_sqlite(self.path)
         self.grammar = compile_sql_grammar(self.schema)
-        self.system_prompt = (
-            f"{INSTRUCTIONS}{self._quoting_hint()}\n\n{self.schema.ddl()}\n{self._value_hints()}"
-        )
         self.runtime = runtime
+        self.linking = linking
+        self.schema_tokens = schema_tokens
+        self._facts = read_facts(self.schema, self.db) if linking else ()
+        # The whole schema's prompt; with linking on, a large schema's questions each get their
+        # own (``system_prompt_for``).
+        self.system_prompt = self.system_prompt_for("")
         self.model = model
         self.max_new_tokens = max_new_tokens
         self.repairs = repairs
+        self.candidates = candidates
+        self.temperature = temperature
+        self.top_p = top_p
+        self.seed = seed
         digest = hashlib.sha256(f"{self.path.resolve()}\n{self.system_prompt}".encode())
         self._conversation_prefix = f"sql-{digest.hexdigest()[:24]}"
         self._busy: set[str] = set()
@@ -170,10 +252,29 @@ class SQLiteAssistant:
                     lines.append(f"-- {table.name}.{col.name}: {values}, ...")
         return "-- Example values:\n" + "\n".join(lines) if lines else ""
 
+    def _count_tokens(self, text: str) -> int:
+        if self.runtime is not None:
+            return len(self.runtime.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return math.ceil(len(text) / _CHARS_PER_TOKEN)  # no tokenizer at hand: an upper bound
+
+    def system_prompt_for(self, question: str) -> str:
+        """The system prompt for ``question``: instructions and the (linked) schema.
+
+        With ``linking`` off this is the plain prompt: DDL and four example values of each
+        non-unique text column, the same for every question. With it on, each table comes
+        with sample rows and its short text columns' values, within ``schema_tokens``; a
+        schema larger than that shows only what the question links to (``sql_prompt.py``).
+        """
+        head = f"{INSTRUCTIONS}{self._quoting_hint()}\n\n"
+        if not self.linking:
+            return f"{head}{self.schema.ddl()}\n{self._value_hints()}"
+        budget = self.schema_tokens - self._count_tokens(head)
+        return head + linked_schema_text(self._facts, question, budget, self._count_tokens)
+
     def messages(self, question: str) -> list[dict[str, str]]:
         """The chat messages for a question (the schema prompt first, so its KV is reused)."""
         return [
-            {"role": "system", "content": self.system_prompt},
+            {"role": "system", "content": self.system_prompt_for(question.strip())},
             {"role": "user", "content": question.strip()},
         ]
 
@@ -182,58 +283,114 @@ class SQLiteAssistant:
         return label_ddl_spans(text, self.schema)
 
     async def ask(
-        self, question: str, *, policy: str | None = None, budget: float | None = None
+        self,
+        question: str,
+        *,
+        policy: str | None = None,
+        budget: float | None = None,
+        candidates: int | None = None,
     ) -> SqlAnswer:
-        """Write SQL for ``question`` under the schema's grammar, run it, return the rows.
+        """Write candidate queries for ``question``, run them, answer with the majority result.
 
-        A query SQLite refuses goes back to the model with the error, up to ``repairs`` times.
+        ``candidates`` (default: the assistant's) queries are decoded in one batch: greedy plus
+        seeded samples, all under the schema's grammar. Each runs read-only under the time and
+        row limits; a refused one goes back to the model with SQLite's message, up to
+        ``repairs`` times, on its own conversation. The answer is the result set most
+        candidates return (``sql_vote.py``).
 
         Raises
         ------
         ConfigError
-            The question is empty.
+            The question is empty or longer than ``MAX_QUESTION_CHARS``, or ``candidates`` < 1.
         """
         if not question or not question.strip():
             raise ConfigError("the question is empty; ask something about the database")
+        if len(question) > MAX_QUESTION_CHARS:
+            raise ConfigError(
+                f"the question has {len(question)} characters; at most {MAX_QUESTION_CHARS} "
+                "are accepted (put long context in the database, not the question)"
+            )
+        k = self.candidates if candidates is None else candidates
+        if k < 1:
+            raise ConfigError(f"candidates must be >= 1, got {k}")
+        start = time.perf_counter()
         messages = self.messages(question)
+        outcomes: list[Any] = [None] * k
+
+        async def run(i: int) -> None:
+            outcomes[i] = await self._candidate(i, messages, policy, budget)
+
+        async with anyio.create_task_group() as tg:  # submitted together: one decode batch
+            for i in range(k):
+                tg.start_soon(run, i)
+        digests = [c.digest for c, _ in outcomes]
+        votes, best = tally(digests)
+        chosen = [replace(c, votes=v) for (c, _), v in zip(outcomes, votes, strict=True)]
+        usage = SqlUsage.of([c.usage for c in chosen], time.perf_counter() - start)
+        if best is None:
+            c = chosen[0]
+            return SqlAnswer(
+                question, c.sql, (), (), False, c.error, usage, tuple(chosen), c.failed
+            )
+        c, rows = chosen[best], outcomes[best][1]
+        return SqlAnswer(
+            question, c.sql, rows.columns, rows.rows, rows.truncated, None, usage,
+            tuple(chosen), c.failed,
+        )  # fmt: skip
+
+    async def _candidate(
+        self, i: int, messages: list[dict[str, str]], policy: str | None, budget: float | None
+    ) -> tuple[SqlCandidate, QueryResult | None]:
+        """Decode candidate ``i`` (0 greedy, else seeded sampling), run it, repair if asked."""
+        seed = None if i == 0 else self.seed + i
         failed: list[tuple[str, str]] = []
         while True:
-            result = await self._complete(messages, policy, budget)
+            result = await self._complete(messages, policy, budget, i, seed)
             sql = result.text.strip()
             try:
                 rows = await anyio.to_thread.run_sync(self.db.query, sql)
             except SqlExecutionError as exc:
                 if len(failed) == self.repairs:
-                    return SqlAnswer(
-                        question, sql, (), (), False, str(exc), result.usage, tuple(failed)
-                    )
+                    cand = SqlCandidate(sql, None, 0, str(exc), seed, result.usage, tuple(failed))
+                    return cand, None
                 failed.append((sql, str(exc)))
                 messages = [*messages, *repair_turn(sql, str(exc))]
                 continue
-            return SqlAnswer(
-                question, sql, rows.columns, rows.rows, rows.truncated, None, result.usage,
-                tuple(failed),
-            )  # fmt: skip
+            digest = result_digest(rows)
+            return SqlCandidate(sql, digest, 0, None, seed, result.usage, tuple(failed)), rows
 
     async def _complete(
-        self, messages: list[dict[str, str]], policy: str | None, budget: float | None
+        self,
+        messages: list[dict[str, str]],
+        policy: str | None,
+        budget: float | None,
+        slot: int,
+        seed: int | None,
     ) -> Any:
+        args = (messages, policy, budget, slot, seed)
         if self.runtime is not None:
-            return await self._generate(self.runtime, messages, policy, budget)
+            return await self._generate(self.runtime, *args)
         from pask_agent.integrations._portal import runtime_registry
 
         host = runtime_registry().host(self.model)
-        return await host.acall(lambda rt: self._generate(rt, messages, policy, budget))
+        return await host.acall(lambda rt: self._generate(rt, *args))
 
     async def _generate(
-        self, rt: Runtime, messages: list[dict[str, str]], policy: str | None, budget: float | None
+        self,
+        rt: Runtime,
+        messages: list[dict[str, str]],
+        policy: str | None,
+        budget: float | None,
+        slot: int,
+        seed: int | None,
     ) -> Any:
         spec = rt.outputs.ebnf(
             "sql", self.grammar, new_tagger=lambda: SqlTagger(self.schema), payload=self.schema
         )
-        # Questions share the schema prompt; one conversation per (policy, budget) lets each
-        # reuse its KV prefix (a conversation keeps the policy of its first turn).
-        key = f"{self._conversation_prefix}-{policy}-{budget}"
+        # Questions share the schema prompt; one conversation per (policy, budget, candidate
+        # slot) lets each candidate reuse its KV prefix (a conversation keeps the policy of its
+        # first turn).
+        key = f"{self._conversation_prefix}-{policy}-{budget}-{slot}"
         conversation = None
         if key not in self._busy:
             self._busy.add(key)
@@ -245,6 +402,9 @@ class SQLiteAssistant:
                 policy=policy,
                 budget=budget,
                 max_new_tokens=self.max_new_tokens,
+                temperature=0.0 if seed is None else self.temperature,
+                top_p=self.top_p,
+                seed=seed,
                 conversation=conversation,
                 label_spans=self.label_spans,
             )

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pask_agent.grammars.sql_schema import SqlColumn, SqlSchema, SqlTable, quote_identifier
+from pask_agent.grammars.sql.schema import SqlColumn, SqlSchema, SqlTable, quote_identifier
 from pask_agent.integrations.sql_db import ReadOnlyDatabase
 
 SAMPLE_ROWS = 3  # BIRD shows three rows per table

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.sql_span_labels import find_ddl_spans
+from pask_agent.grammars.sql.span_labels import find_ddl_spans
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.integrations.sql_db import ReadOnlyDatabase
 from pask_agent.integrations.sql_prompt import link_scores, linked_schema_text, read_facts
