@@ -61,6 +61,9 @@ class TurnRequest:
     max_retries: int
     conversation_id: str | None
     record_traces: str | None = None
+    idle_s: float = 600.0  # the conversation's lease: released after this long unused
+    thread_id: str | None = None  # the LangGraph thread the turn belongs to, if any
+    saver: Any = None  # that thread's checkpointer (asked whether the thread still exists)
 
 
 def conversation_key(
@@ -106,6 +109,10 @@ async def run_turn(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGeneratio
 
 async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
     messages, spec, tools = _output(rt, req)
+    if req.conversation_id is not None:
+        req.host.lease_conversation(
+            req.conversation_id, idle_s=req.idle_s, thread_id=req.thread_id, saver=req.saver
+        )
     claimed = req.conversation_id is not None and req.host.claim_conversation(req.conversation_id)
     conversation = rt.conversation(req.conversation_id) if claimed else None
     builder = _ChunkBuilder(req, tool_mode=bool(tools) and req.tool_choice != "none")

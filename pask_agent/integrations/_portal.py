@@ -10,6 +10,12 @@ future from their own loop; streams are pumped across with a thread-safe queue.
 The process-wide ``RuntimeRegistry`` (``runtime_registry()``) keeps one host per model name so
 that every ``PaskChatModel`` (and ``SQLiteAssistant`` built without a runtime) shares one
 model in memory. It is the only shared state here: a small object guarded by a lock.
+
+A host also keeps the lease of every runtime conversation an integration opened (an agent
+loop's derived key, a LangGraph thread): a conversation holds its KV between turns, so one
+that nobody continues must be let go. A sweep on the host loop (every ``SWEEP_EVERY_S``) ends a
+conversation once it has been idle longer than its lease allows, or once the checkpointer its
+thread lives in no longer has that thread (``delete_thread``).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -29,6 +37,24 @@ from pask_agent.runtime.runtime import Runtime
 
 T = TypeVar("T")
 _END = object()
+SWEEP_EVERY_S = 1.0  # how often the host loop looks for idle or deleted conversations
+_THREAD_CHECK_S = 5.0  # the longest a checkpointer may take to say whether a thread exists
+
+
+@dataclass(slots=True)
+class ConversationLease:
+    """How long an integration's runtime conversation may sit idle, and whose thread it is.
+
+    ``saver`` is the LangGraph checkpointer the thread lives in (any object with the sync
+    ``get_tuple(config)`` of ``BaseCheckpointSaver``); ``None`` for conversations that belong to
+    no thread. Only the host loop reads or writes a lease.
+    """
+
+    conversation_id: str
+    idle_s: float
+    last_used: float
+    thread_id: str | None = None
+    saver: Any = None
 
 
 class RuntimeHost:
@@ -43,6 +69,8 @@ class RuntimeHost:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._busy_conversations: set[str] = set()
+        self._leases: dict[str, ConversationLease] = {}
+        self.thread_check_failures = 0  # checkpointers that failed to say if a thread exists
 
     # ------------------------------------------------------------------ life cycle
     def _ensure_started(self) -> tuple[BlockingPortal, Runtime]:
@@ -64,7 +92,10 @@ class RuntimeHost:
             async with BlockingPortal() as portal, Runtime.open(self.model) as rt:
                 self._portal, self._runtime = portal, rt
                 self._ready.set()
-                await portal.sleep_until_stopped()
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._sweep_forever, rt)
+                    await portal.sleep_until_stopped()
+                    tasks.cancel_scope.cancel()
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
             self._error = exc
         finally:
@@ -152,6 +183,94 @@ class RuntimeHost:
 
     def release_conversation(self, conversation_id: str) -> None:
         self._busy_conversations.discard(conversation_id)
+        lease = self._leases.get(conversation_id)
+        if lease is not None:
+            lease.last_used = time.monotonic()
+
+    def lease_conversation(
+        self,
+        conversation_id: str,
+        *,
+        idle_s: float,
+        thread_id: str | None = None,
+        saver: Any = None,
+    ) -> None:
+        """Record (or renew) a conversation's lease before its turn; host loop only."""
+        lease = self._leases.get(conversation_id)
+        if lease is None:
+            lease = self._leases[conversation_id] = ConversationLease(
+                conversation_id, idle_s, time.monotonic(), thread_id, saver
+            )
+        lease.idle_s, lease.last_used = idle_s, time.monotonic()
+        if saver is not None:
+            lease.thread_id, lease.saver = thread_id, saver
+
+    def leased_conversations(self) -> dict[str, str | None]:
+        """Conversation id → thread id (``None`` for a derived key) of every live lease."""
+        return {cid: lease.thread_id for cid, lease in self._leases.items()}
+
+    def end_thread(self, thread_id: str) -> list[str]:
+        """End every conversation of ``thread_id`` now (from any thread); the ids ended.
+
+        A turn of that thread still running keeps its conversation until it ends; the next
+        sweep after that lets it go, since the thread then has no lease.
+        """
+        if self._portal is None or self._runtime is None:
+            return []  # never started: nothing holds KV
+        return self.call(lambda rt: self._end_matching(rt, thread_id))
+
+    async def _end_matching(self, rt: Runtime, thread_id: str) -> list[str]:
+        ids = [cid for cid, lease in self._leases.items() if lease.thread_id == thread_id]
+        for cid in ids:
+            self._leases[cid].idle_s = -1.0  # a running turn's conversation goes at its end
+        return [cid for cid in ids if self._end(rt, cid)]
+
+    async def sweep(self, rt: Runtime) -> list[str]:
+        """End the conversations that are idle past their lease or whose thread was deleted;
+        returns their ids. Host loop only; conversations with a turn running are kept."""
+        now = time.monotonic()
+        ended = []
+        for cid, lease in list(self._leases.items()):
+            if cid in self._busy_conversations:
+                continue
+            if now - lease.last_used > lease.idle_s or not await self._thread_exists(lease):
+                if self._end(rt, cid):
+                    ended.append(cid)
+        return ended
+
+    def _end(self, rt: Runtime, conversation_id: str) -> bool:
+        if conversation_id in self._busy_conversations:
+            return False
+        try:
+            rt.end_conversation(conversation_id)
+        except ConfigError:
+            return False  # a cancelled turn still holds it until the engine's next step
+        del self._leases[conversation_id]
+        return True
+
+    async def _thread_exists(self, lease: ConversationLease) -> bool:
+        if lease.saver is None or lease.thread_id is None:
+            return True
+        config = {"configurable": {"thread_id": lease.thread_id, "checkpoint_ns": ""}}
+        # The sync API from a worker thread is the one every saver serves across threads
+        # (async savers hand it to their own loop); the host loop must not block on it.
+        with anyio.move_on_after(_THREAD_CHECK_S):
+            try:
+                found = await anyio.to_thread.run_sync(
+                    lease.saver.get_tuple, config, abandon_on_cancel=True
+                )
+            except Exception:  # noqa: BLE001 - a closed or failing saver cannot end the host
+                # Stop asking this saver; the idle lease still releases the conversation.
+                lease.saver = None
+                self.thread_check_failures += 1
+                return True
+            return found is not None
+        return True  # no answer in time: keep the conversation; the idle lease still applies
+
+    async def _sweep_forever(self, rt: Runtime) -> None:
+        while True:
+            await anyio.sleep(SWEEP_EVERY_S)
+            await self.sweep(rt)
 
 
 async def _pump(

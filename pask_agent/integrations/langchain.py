@@ -13,6 +13,12 @@ process (``integrations/_portal.py``). Turns whose opening messages (system prom
 user message) match share a runtime conversation, so each step of an agent loop reuses the KV
 of the previous steps' common token prefix (``usage_metadata["input_token_details"]
 ["cache_read"]`` counts the reused tokens). Pass ``conversation_id=`` to choose the grouping.
+
+Inside LangGraph (``langchain.agents.create_agent(model, tools, checkpointer=...)``) the run
+config's ``thread_id`` picks the conversation instead: every turn of a thread, and every agent
+step inside a turn, continues one runtime conversation with one budget ledger. A conversation
+is released when its thread is deleted from the checkpointer, after ``idle_timeout_s`` without
+a turn, or at once by ``end_thread(thread_id)``.
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
-from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
+from pask_agent.errors import ConfigError, ToolChoiceError
 from pask_agent.integrations._lc_messages import to_openai_messages
+from pask_agent.integrations._lc_threads import langgraph_thread, thread_key
+from pask_agent.integrations._lc_tools import format_tools, normalize_tool_choice
 from pask_agent.integrations._lc_turn import TurnRequest, conversation_key, run_turn
 from pask_agent.integrations._portal import runtime_registry
 
@@ -65,6 +72,7 @@ DEFAULT_MAX_TOKENS = 256
 # tool results turns them to answering (measured on the default model: without it the call
 # repeats, with it the model answers in text).
 DEFAULT_TOOL_RESULT_HINT = "Answer the user's question in plain text using the tool results above."
+DEFAULT_IDLE_TIMEOUT_S = 600.0
 
 
 class PaskChatModel(BaseChatModel):
@@ -82,10 +90,13 @@ class PaskChatModel(BaseChatModel):
         KV policy name (``"full"``, ``"pask"``, ``"streaming"``) and KV budget ``B`` (measured
         KV bytes / Full-KV bytes); ``None`` keeps the policy's default.
     conversation_id, reuse_prefix
-        Runtime conversation of this call (default: derived from the opening messages when
-        ``reuse_prefix``), so agent-loop steps reuse the KV of their common prefix. An id is
-        tied to the model of its first turn: reusing it with another model raises
-        ``ConfigError``.
+        Runtime conversation of this call (default: the LangGraph thread's, else derived from
+        the opening messages when ``reuse_prefix``), so agent-loop steps reuse the KV of their
+        common prefix. An id is tied to the model of its first turn: reusing it with another
+        model raises ``ConfigError``.
+    idle_timeout_s
+        Seconds a conversation this model opened may go without a turn before its KV is
+        released (checked about once a second).
     tool_result_hint
         System line appended after trailing tool results in ``"auto"`` mode (``None``: off).
     record_traces
@@ -121,6 +132,7 @@ class PaskChatModel(BaseChatModel):
     conversation_id: str | None = None
     record_traces: str | None = None
     reuse_prefix: bool = True
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     tool_result_hint: str | None = DEFAULT_TOOL_RESULT_HINT
 
     @field_validator("tools", mode="before")
@@ -153,6 +165,15 @@ class PaskChatModel(BaseChatModel):
         if not stop and self.stop:
             params["ls_stop"] = self.stop
         return params
+
+    def end_thread(self, thread_id: str) -> list[str]:
+        """Release the KV of a LangGraph thread's conversations now; returns their ids.
+
+        Deleting the thread from its checkpointer does the same within about a second, and an
+        unused thread goes after ``idle_timeout_s``; this is for callers that cannot wait. A
+        turn of the thread still running keeps its conversation until the turn ends.
+        """
+        return runtime_registry().host(self.model).end_thread(str(thread_id))
 
     # ------------------------------------------------------------------ tools, structure
     def bind_tools(
@@ -307,13 +328,12 @@ class PaskChatModel(BaseChatModel):
         conversation = kwargs.get("conversation_id", self.conversation_id)
         if conversation is not None:  # a caller's id; derived ids below include the model
             runtime_registry().bind_conversation(conversation, model)
+        policy, budget = kwargs.get("policy", self.policy), kwargs.get("budget", self.budget)
+        thread_id, saver = langgraph_thread()
+        if conversation is None and thread_id is not None:
+            conversation = thread_key(model, policy, budget, thread_id)
         if conversation is None and self.reuse_prefix:
-            conversation = conversation_key(
-                model,
-                kwargs.get("policy", self.policy),
-                kwargs.get("budget", self.budget),
-                openai_messages,
-            )
+            conversation = conversation_key(model, policy, budget, openai_messages)
         max_tokens = kwargs.get("max_tokens", self.max_tokens)
         return TurnRequest(
             host=runtime_registry().host(model),
@@ -323,8 +343,8 @@ class PaskChatModel(BaseChatModel):
             tool_choice=choice,
             parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", self.parallel_tool_calls)),
             response_format=kwargs.get("response_format"),
-            policy=kwargs.get("policy", self.policy),
-            budget=kwargs.get("budget", self.budget),
+            policy=policy,
+            budget=budget,
             max_new_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens),
             temperature=float(kwargs.get("temperature", self.temperature)),
             top_p=float(kwargs.get("top_p", self.top_p)),
@@ -334,59 +354,10 @@ class PaskChatModel(BaseChatModel):
             max_retries=int(kwargs.get("max_retries", self.max_retries)),
             conversation_id=conversation,
             record_traces=kwargs.get("record_traces", self.record_traces),
+            idle_s=float(self.idle_timeout_s),
+            thread_id=thread_id,
+            saver=saver,
         )
-
-
-def format_tools(tools: Sequence[Any]) -> list[dict[str, Any]]:
-    """OpenAI tool dicts for any tool form LangChain knows (Anthropic-style dicts included).
-
-    Raises
-    ------
-    SchemaError
-        A tool cannot be converted, or the grammar cannot enforce its schema.
-    """
-    if isinstance(tools, dict | str) or not isinstance(tools, Sequence):
-        raise SchemaError(f"tools must be a list, got {type(tools).__name__}")
-    formatted: list[dict[str, Any]] = []
-    for i, tool in enumerate(tools):
-        try:
-            converted = convert_to_openai_tool(tool)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise SchemaError(f"cannot convert tool {i} ({tool!r:.80}): {exc}") from exc
-        # The same tool given twice (say a Pydantic class and its JSON Schema) is kept once;
-        # two different tools with one name are rejected by ``tool_specs`` below.
-        same = [t for t in formatted if t["function"]["name"] == converted["function"]["name"]]
-        if same and ToolSpec.from_any(same[0]) == ToolSpec.from_any(converted):
-            continue
-        formatted.append(converted)
-    tool_specs(formatted)  # validate now, not at the first call
-    return formatted
-
-
-def normalize_tool_choice(choice: Any) -> str:
-    """``"any"``/``"required"``/``True`` → ``"required"``; ``{"function": {"name": n}}`` → n.
-
-    Raises
-    ------
-    ToolChoiceError
-        The value is not a mode, a tool name or an OpenAI/Anthropic tool-choice dict.
-    """
-    if choice is True or choice in ("any", "required"):
-        return "required"
-    if choice is False:
-        return "none"
-    if isinstance(choice, str) and choice:
-        return choice
-    if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name") or choice.get("name")
-        if isinstance(name, str) and name:
-            return name
-        if choice.get("type") in ("any", "auto", "none"):
-            return normalize_tool_choice(choice["type"])
-    raise ToolChoiceError(
-        f"tool_choice {choice!r} is not 'auto', 'any'/'required', 'none', a tool name or "
-        "{'type': 'function', 'function': {'name': ...}}"
-    )
 
 
 def _is_pydantic_class(schema: Any) -> bool:

@@ -14,9 +14,10 @@ from langchain_tests.unit_tests import ChatModelUnitTests
 
 from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
 from pask_agent.integrations._lc_messages import to_openai_messages
+from pask_agent.integrations._lc_tools import normalize_tool_choice
 from pask_agent.integrations._lc_turn import TurnRequest, _ChunkBuilder, salvage_wrapped_call
 from pask_agent.integrations._portal import runtime_registry
-from pask_agent.integrations.langchain import PaskChatModel, normalize_tool_choice
+from pask_agent.integrations.langchain import PaskChatModel
 from pask_agent.runtime.results import ChatResult, Delta, Usage
 
 
