@@ -68,7 +68,8 @@ def qwen_tokenizer() -> Any:
 
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, SqlSchema]:
-    return {db: SqlSchema.from_sqlite(DATA / f"{db}.sqlite") for db in ("shop", "school")}
+    names = ("shop", "school", "library", "flights")
+    return {db: SqlSchema.from_sqlite(DATA / f"{db}.sqlite") for db in names}
 
 
 def _compile(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.CompiledGrammar:

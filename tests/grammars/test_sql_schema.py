@@ -139,7 +139,8 @@ def test_from_sqlite_opens_read_only() -> None:
 # -- the sample databases -----------------------------------------------------------------
 def test_build_script_reproduces_the_committed_databases(tmp_path: Path) -> None:
     module = _build_module()
-    for db in ("shop", "school"):
+    assert set(module.DATABASES) == {"shop", "school", "library", "flights"}
+    for db in module.DATABASES:
         built = module.build_database(db, tmp_path)
         committed = DATA / f"{db}.sqlite"
         assert _dump(built) == _dump(committed)
@@ -168,12 +169,15 @@ def test_sample_databases_are_realistic_sizes() -> None:
 
 def test_question_set_gold_queries_execute_non_empty() -> None:
     qset = load_sample_questions()
-    assert len(qset.questions) >= 40
+    assert len(qset.questions) >= 150
     assert len({q.id for q in qset.questions}) == len(qset.questions)
     assert {q.difficulty for q in qset.questions} == {"simple", "moderate", "challenging"}
     dev = load_sample_questions(split="dev").questions
-    assert 0.3 <= len(dev) / len(qset.questions) <= 0.5
-    assert {q.db for q in dev} == {"shop", "school"}
+    test = load_sample_questions(split="test").questions
+    assert 0.3 <= len(dev) / len(qset.questions) <= 0.5 and len(test) >= 90
+    assert {q.db for q in dev} == {q.db for q in test} == {"shop", "school", "library", "flights"}
+    for split in (dev, test):  # every difficulty in every split
+        assert {q.difficulty for q in split} == {"simple", "moderate", "challenging"}
     for q in qset.questions:
         con = sqlite3.connect(f"{qset.db_path(q.db).as_uri()}?mode=ro", uri=True)
         rows = con.execute(q.gold_sql).fetchall()
