@@ -35,9 +35,10 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pask_agent.runtime.generate import greedy_generate, stop_token_ids
-    from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+    from pask_agent.policy.uniform import UniformPolicy
+    from pask_agent.runtime.engine import Engine, Failed, Request, RuntimeConfig, SamplingParams
     from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.outputs import TEXT
 
     if args.int4_after is not None:
         action, window = Action.L, args.int4_after
@@ -53,21 +54,29 @@ def run(args: argparse.Namespace) -> int:
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
     prompt_ids = tok(text, add_special_tokens=False)["input_ids"]
-    store = KVStore(
-        KVLayout.from_config(loaded.model.config), StoreConfig(sinks=args.sinks, window=window)
+    # The same engine step the runtime and server run: a uniform policy, free text, greedy.
+    # One request alone needs no chunking (chunks keep long prompts from stalling others), so
+    # the prompt runs as one chunk and the peak is what it keeps plus one window.
+    config = RuntimeConfig(
+        sinks=args.sinks, window=window, prefill_chunk_tokens=max(1, len(prompt_ids))
     )
-    gen = greedy_generate(
-        loaded.model,
-        store,
-        [prompt_ids],
-        max_new_tokens=args.max_new_tokens,
-        stop_ids=stop_token_ids(loaded.model, tok),
-        action=action,
-    )[0]
+    engine = Engine(loaded, config)
+    policy = UniformPolicy(action)
+    request = Request(
+        prompt_ids,
+        None,
+        TEXT,
+        SamplingParams(max_new_tokens=args.max_new_tokens),
+        engine.new_sequence(policy.start()),
+        policy,
+    )
+    (end,) = engine.run([request])
+    if isinstance(end, Failed):
+        raise end.error
     result = {
-        "token_ids": list(gen.token_ids),
-        "text": tok.decode(list(gen.token_ids), skip_special_tokens=False),
-        "kv": gen.kv.as_dict(),
+        "token_ids": list(end.token_ids),
+        "text": tok.decode(list(end.token_ids), skip_special_tokens=False),
+        "kv": end.kv.as_dict(),
     }
     if args.json:
         print(json.dumps(result))

@@ -99,3 +99,38 @@ def shed(store: KVStore, seq_id: str, need_bytes: int, costs: PayloadCosts) -> l
             out.append(Demotion(g, tuple(take), Action.R))
             need_bytes -= save * len(take)
     return out
+
+
+class Reservations:
+    """The KV bytes promised to admitted requests, against ``capacity`` (App. B.4).
+
+    A request reserves its demand at admission and gives it back when it ends. A decoding
+    request that outgrows its reservation takes unreserved capacity first and, with none left,
+    sheds its own oldest settled tokens (:func:`shed`): never past the capacity, never a crash.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.reserved = 0
+        self.shed_events = 0  # times a request outgrew its reservation with no capacity left
+
+    def admits(self, demand: int, *, running: bool) -> bool:
+        """A request fits next to the running ones (one alone always runs: it was checked
+        against the whole capacity before it queued)."""
+        return not running or self.reserved + demand <= self.capacity
+
+    def make_room(
+        self, store: KVStore, seq_id: str, reservation: int, new_bytes: int, costs: PayloadCosts
+    ) -> int:
+        """The request's reservation once ``new_bytes`` more fit in it (grown, or kept after
+        shedding its own settled tokens)."""
+        over = store.report(seq_id).live_bytes + new_bytes - reservation
+        if over <= 0:
+            return reservation
+        grow = min(over, max(0, self.capacity - self.reserved))
+        self.reserved += grow
+        if over > grow:
+            self.shed_events += 1
+            for d in shed(store, seq_id, over - grow, costs):
+                store.demote(seq_id, d.group, d.positions, d.action)
+        return reservation + grow

@@ -86,3 +86,16 @@ class Constraint:
             self.matcher.rollback(n)
         if self.tagger is not None and not self.tagger_failed and n:
             self.tagger.rollback(n)
+
+
+TAGGER_FALLBACK = "tagger_fallback"
+UNTAGGED = "untagged"
+
+
+def tag_key(tag: Tag | None, constraint: Constraint) -> str:
+    """A generated token's bucket for usage reports: its tag, ``untagged`` for output with no
+    structure to tag (free text), or ``tagger_fallback`` when the tagger lost track of an
+    output the grammar accepted (a bug to fix; the policy then sees the default bucket)."""
+    if tag is not None:
+        return str(tag.key())
+    return TAGGER_FALLBACK if constraint.tagger is not None else UNTAGGED

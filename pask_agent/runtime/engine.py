@@ -21,142 +21,46 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
-import xgrammar as xgr
 
-from pask_agent.errors import ConfigError, PaskError
-from pask_agent.grammars.compiler import special_token_ids, stop_token_ids
+from pask_agent.errors import PaskError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.policy.base import Demotion, Policy, PolicySession, RetentionView
+from pask_agent.policy.base import Demotion, PolicySession
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.full import FullPolicy
-from pask_agent.runtime.admission import decode_demand, request_demand, shed
-from pask_agent.runtime.constraint import Constraint, OutputSpec
+from pask_agent.runtime.admission import Reservations, decode_demand, request_demand
+from pask_agent.runtime.constraint import tag_key
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
+from pask_agent.runtime.logit_masks import LogitMasks
 from pask_agent.runtime.models import LoadedModel
+from pask_agent.runtime.requests import (
+    Event,
+    Failed,
+    Finished,
+    Request,
+    RuntimeConfig,
+    SamplingParams,
+    SequenceState,
+)
 from pask_agent.runtime.results import Delta
+from pask_agent.runtime.retention import retention_view
 from pask_agent.runtime.sampling import sample
 from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
 
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' demands
-    (what their policies keep: ``runtime/admission.py``): a request that fits alone waits until
-    the running ones leave it room; one that could never fit is refused with
-    ``RequestTooLargeError`` when it is made."""
-
-    sinks: int = 4
-    window: int = 16
-    kv_capacity_bytes: int = 4 << 30
-    prefill_chunk_tokens: int = 256
-    max_batch: int = 16
-    # Off by default: appending grammar-forced text re-tokenizes it, which gives the model token
-    # boundaries it never produces itself; on 20 BFCL cases that cost 2 correct calls
-    # (18/20 without, 16/20 with) for a modest speed gain.
-    jump_forward: bool = False
-    # Between parallel calls, start another call whenever the model gives continuing at least
-    # this probability (grammar-masked), instead of only when continuing is its argmax. The
-    # default 0.5B model closes the array after one call even when the request lists several
-    # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
-    # after the last one (an exploratory teacher-forced probe on 10 parallel dev cases).
-    # Chosen on the dev split
-    # (results/fullkv_variants.md: parallel 20 % -> 50 %, parallel_multiple 0 % -> 40 %).
-    # None: plain greedy/sampling.
-    continue_calls_at: float | None = 0.01
-    # Append one trace line per finished turn to this JSONL file (calibration/traces.py), so
-    # real use becomes calibration data. None: record nothing.
-    record_traces: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
-            raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
-        if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
-            raise ConfigError(
-                f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    max_new_tokens: int = 256
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    ignore_eos: bool = False  # benchmarks: always generate max_new_tokens
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise ConfigError("need temperature >= 0 and 0 < top_p <= 1")
-
-
-@dataclass
-class SequenceState:
-    """A store sequence that outlives one request (a conversation): its tokens and policy."""
-
-    seq_id: str
-    session: PolicySession
-    ids_in_store: list[int] = field(default_factory=list)
-    busy: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The end of a request: generated ids, why it stopped, and the store's KV report."""
-
-    token_ids: tuple[int, ...]
-    text: str
-    reason: str
-    prompt_tokens: int
-    prefilled_tokens: int
-    kv: Any
-    ttft_s: float
-    tpot_s: float
-    tag_counts: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    error: BaseException
-
-
-@dataclass(eq=False)
-class Request:
-    """One request's mutable state; owned by the engine thread once submitted."""
-
-    prompt_ids: list[int]
-    labels: list[str] | None
-    spec: OutputSpec
-    params: SamplingParams
-    state: SequenceState  # a fresh one per bare request, the conversation's otherwise
-    policy: Policy = field(default_factory=Policy)
-    keep_sequence: bool = False
-    cancelled: bool = False
-    # engine-side progress
-    constraint: Constraint | None = None
-    prefill_pos: int = 0
-    reused: int = 0
-    generated: list[int] = field(default_factory=list)
-    feed: list[int] = field(default_factory=list)
-    text: str = ""
-    submitted: float = field(default_factory=time.perf_counter)
-    first_token_at: float | None = None
-    generator: torch.Generator | None = None
-    stream: TokenTextStream | None = None
-    demand_bytes: int = 0  # reserved KV capacity (grows if the request outruns it)
-    plan: list | None = None  # prefill plan of prompt_ids[plan_keep:], made at admission
-    plan_keep: int = -1
-    tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
-
-
-Event = tuple[Request, Delta | Finished | Failed]
+# The request-side types live in requests.py; callers keep importing them from here.
+__all__ = [
+    "Engine",
+    "Event",
+    "Failed",
+    "Finished",
+    "Request",
+    "RuntimeConfig",
+    "SamplingParams",
+    "SequenceState",
+]
 
 
 class Engine:
@@ -172,22 +76,21 @@ class Engine:
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
         self.vocab_size = int(self.model.config.vocab_size)
-        self.stop_ids = frozenset(stop_token_ids(self.tokenizer))
-        banned = [
-            i for i in special_token_ids(self.tokenizer, self.vocab_size) if i not in self.stop_ids
-        ]
-        self._free_text_mask = torch.zeros(self.vocab_size, dtype=torch.bool)
-        self._free_text_mask[banned] = True
-        self._next_call_ids, self._close_ids = _separator_ids(self.tokenizer, self.vocab_size)
+        self.masks = LogitMasks(self.tokenizer, self.vocab_size, self.config.continue_calls_at)
+        self.stop_ids = self.masks.stop_ids
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
-        self.shed_events = 0  # times a request outgrew its reservation with no capacity left
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         self.inbox: deque[Request] = deque()
         self._retired: deque[SequenceState] = deque()
         self.live: list[Request] = []
-        self._reserved = 0
+        self.reservations = Reservations(self.config.kv_capacity_bytes)
         self._ids = itertools.count()
+
+    @property
+    def shed_events(self) -> int:
+        """Times a request outgrew its reservation with no capacity left (it shed tokens)."""
+        return self.reservations.shed_events
 
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
@@ -233,6 +136,22 @@ class Engine:
         demand, _ = self.demand_bytes(session, labels, max_new_tokens)
         check_kv_capacity(demand, self.config.kv_capacity_bytes)
 
+    def run(self, requests: list[Request]) -> list[Finished | Failed]:
+        """Queue ``requests`` and step until every one has ended; their ends, in order.
+
+        The synchronous face of the same loop the async ``Runtime`` drives (``pask-agent
+        generate``, parity checks): there is one decode loop, ``step``.
+        """
+        ends: dict[int, Finished | Failed] = {}
+        self.inbox.extend(requests)
+        while any(id(r) not in ends for r in requests) and self.has_work():
+            for r, event in self.step():
+                if isinstance(event, (Finished, Failed)):
+                    ends[id(r)] = event
+        if len(ends) < len(requests):
+            raise PaskError("a request was cancelled before it ran; it has no result")
+        return [ends[id(r)] for r in requests]
+
     def has_work(self) -> bool:
         return bool(self.inbox or self.live or self._retired)
 
@@ -254,7 +173,7 @@ class Engine:
                 self.inbox.popleft()
                 events.append((r, Failed(exc)))
                 continue
-            if self.live and self._reserved + demand > self.config.kv_capacity_bytes:
+            if not self.reservations.admits(demand, running=bool(self.live)):
                 return  # wait until running requests free their KV
             self.inbox.popleft()
             try:
@@ -262,7 +181,7 @@ class Engine:
             except PaskError as exc:
                 events.append((r, Failed(exc)))
                 continue
-            self._reserved += r.demand_bytes
+            self.reservations.reserved += r.demand_bytes
             self.live.append(r)
 
     def _reuse(self, r: Request) -> int:
@@ -349,8 +268,11 @@ class Engine:
             if r.policy.revises and ready:
                 self._revise(r, with_scores=r.policy.needs_scores)
         ready_rows = [(row, r) for row, (r, ready) in enumerate(batch) if ready]
+        for row, r in ready_rows:
+            if r.keep_logits:
+                r.step_logits.append(logits[row].clone())
         if ready_rows:
-            self._mask(logits, ready_rows)
+            self.masks.apply(logits, ready_rows)
         for row, r in ready_rows:
             try:
                 events.extend(self._advance(r, logits[row]))
@@ -361,75 +283,27 @@ class Engine:
 
     def _revise(self, r: Request, *, with_scores: bool) -> None:
         seq = r.state.seq_id
-        store = self.store
-        high, low, scores, latest = [], [], [], []
-        settled = store.settled(seq)
-        for g in range(3):
-            h, lo = store.retained(seq, g)
-            high.append(np.array([p for p in h if store.config.sinks <= p < settled], np.int64))
-            low.append(np.array([p for p in lo if p < settled], np.int64))
-            if with_scores:
-                scores.append(store.token_scores(seq, g).numpy())
-                latest.append(store.token_scores(seq, g, latest_step=True).numpy())
-        view = RetentionView(
-            length=store.length(seq),
-            settled=settled,
-            sinks=store.config.sinks,
-            high=tuple(high),
-            low=tuple(low),  # type: ignore[arg-type]
-            scores=tuple(scores) if with_scores else None,  # type: ignore[arg-type]
-            step_scores=tuple(latest) if with_scores else None,  # type: ignore[arg-type]
+        view = retention_view(
+            self.store,
+            seq,
+            with_scores=with_scores,
             prefill_done=r.prefill_pos >= len(r.prompt_ids),
         )
         demotions: list[Demotion] = list(r.state.session.revise(view))  # type: ignore[attr-defined]
         for d in demotions:
             if d.positions:
-                store.demote(seq, d.group, d.positions, d.action)
+                self.store.demote(seq, d.group, d.positions, d.action)
 
     def _make_room(self, r: Request, new_tokens: int) -> None:
         """Keep a decoding request inside its reservation before it writes ``new_tokens``.
 
         Prefill cannot outgrow it (its plan is reserved whole); decode can, when floors run
-        ahead of the allowance and reserve. Then the request takes unreserved capacity, and
-        with none left sheds its own oldest settled tokens (``admission.shed``): never past
-        the capacity, never a crash.
+        ahead of the allowance and reserve (``Reservations.make_room``).
         """
-        seq = r.state.seq_id
-        over = (
-            self.store.report(seq).live_bytes
-            + new_tokens * self.costs.full_bytes_per_token
-            - r.demand_bytes
+        new_bytes = new_tokens * self.costs.full_bytes_per_token
+        r.demand_bytes = self.reservations.make_room(
+            self.store, r.state.seq_id, r.demand_bytes, new_bytes, self.costs
         )
-        if over <= 0:
-            return
-        grow = min(over, max(0, self.config.kv_capacity_bytes - self._reserved))
-        r.demand_bytes += grow
-        self._reserved += grow
-        if over > grow:
-            self.shed_events += 1
-            for d in shed(self.store, seq, over - grow, self.costs):
-                self.store.demote(seq, d.group, d.positions, d.action)
-
-    def _mask(self, logits: torch.Tensor, rows: list[tuple[int, Request]]) -> None:
-        constrained = [(row, r) for row, r in rows if r.constraint.matcher is not None]
-        if constrained:
-            bitmask = xgr.allocate_token_bitmask(len(logits), self.vocab_size)
-            xgr.reset_token_bitmask(bitmask)
-            for row, r in constrained:
-                r.constraint.fill_mask(bitmask, row)
-            xgr.apply_token_bitmask_inplace(
-                logits, bitmask, vocab_size=self.vocab_size, indices=[row for row, _ in constrained]
-            )
-        tau = self.config.continue_calls_at
-        for row, r in rows:
-            if tau is not None and r.constraint.between_calls():
-                p = torch.softmax(logits[row].float(), dim=-1)
-                if float(p[self._next_call_ids].sum()) >= tau:
-                    logits[row, self._close_ids] = float("-inf")
-            if r.constraint.matcher is None:
-                logits[row].masked_fill_(self._free_text_mask, float("-inf"))
-            if r.params.ignore_eos:
-                logits[row, list(self.stop_ids)] = float("-inf")
 
     def _advance(self, r: Request, logits: torch.Tensor) -> list[Event]:
         p = r.params
@@ -493,6 +367,7 @@ class Engine:
             ttft_s=first - r.submitted,
             tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
             tag_counts=dict(r.tag_counts),
+            step_logits=tuple(r.step_logits) if r.keep_logits else None,
         )
         self._release(r, drop_sequence=not r.keep_sequence)
         return (r, result)
@@ -500,7 +375,7 @@ class Engine:
     def _release(self, r: Request, *, drop_sequence: bool) -> None:
         if r in self.live:
             self.live.remove(r)
-            self._reserved -= r.demand_bytes
+            self.reservations.reserved -= r.demand_bytes
         st = r.state
         st.busy = False
         if drop_sequence and self.store.has_sequence(st.seq_id):
@@ -514,28 +389,3 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-TAGGER_FALLBACK = "tagger_fallback"
-UNTAGGED = "untagged"
-
-
-def tag_key(tag: Any, constraint: Constraint) -> str:
-    """A generated token's bucket for usage reports: its tag, ``untagged`` for output with no
-    structure to tag (free text), or ``tagger_fallback`` when the tagger lost track of an
-    output the grammar accepted (a bug to fix; the policy then sees the default bucket)."""
-    if tag is not None:
-        return str(tag.key())
-    return TAGGER_FALLBACK if constraint.tagger is not None else UNTAGGED
-
-
-def _separator_ids(tokenizer: Any, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids whose text starts with ``,`` (another call follows) and with ``]`` (the array
-    of calls closes). Byte-level BPE spells both characters as themselves."""
-    comma, close = [], []
-    for text, i in tokenizer.get_vocab().items():
-        if i < vocab_size and text[:1] == ",":
-            comma.append(i)
-        elif i < vocab_size and text[:1] == "]":
-            close.append(i)
-    return torch.tensor(comma, dtype=torch.long), torch.tensor(close, dtype=torch.long)

@@ -20,6 +20,11 @@ gaps left by released tokens stays correct.
 
 The store is batch-first: a step writes chunks for several sequences at once (packed into one
 ``[T]`` token axis) and attention reads each sequence's own slots.
+
+This class ties the parts together and owns the token's life; each part is its own file: the
+pool tensors (``kv_pools.py``), slot maps and allocators (``slots.py``), deferred actions
+(``kv_schedule.py``), byte accounting (``kv_accounting.py``) and attention mass for the
+score-ranked baselines (``key_scores.py``).
 """
 
 from __future__ import annotations
@@ -27,17 +32,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from pask_agent.errors import KVStoreError
-from pask_agent.kernels.attention import PoolView, mixed_attention
-from pask_agent.kernels.int4 import quantize_int4
 from pask_agent.policy.actions import Action
 from pask_agent.runtime.key_scores import KeyScoreBook
+from pask_agent.runtime.kv_accounting import KVBytes
 from pask_agent.runtime.kv_layout import GroupWrite, KVLayout, KVReport, StepBatch, StoreConfig
-from pask_agent.runtime.slots import SlotAllocator, SlotMap, audit_slots
-
-_KEEP = (Action.H, Action.H, Action.H)
+from pask_agent.runtime.kv_pools import KVPools
+from pask_agent.runtime.kv_schedule import ActionSchedule
+from pask_agent.runtime.slots import SlotAllocator, SlotMap, audit_slots, pool_view
 
 __all__ = ["GroupWrite", "KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
 
@@ -48,7 +53,7 @@ class _Sequence:
     settled: int = 0  # tokens below this position have had their scheduled action executed
     high: list[SlotMap] = field(default_factory=list)  # per group
     low: list[SlotMap] = field(default_factory=list)
-    pending: dict[int, tuple[Action, ...]] = field(default_factory=dict)
+    pending: ActionSchedule = field(default_factory=ActionSchedule)
     peak_bytes: int = 0
 
 
@@ -77,23 +82,10 @@ class KVStore:
         self.groups = layout.groups
         self._group_of_layer = [self.groups.group_of(i) for i in range(layout.num_layers)]
         cap = self.config.initial_capacity
-        h, d, dp = layout.num_kv_heads, layout.head_dim, (layout.head_dim + 1) // 2
         self._high_alloc = [SlotAllocator(cap) for _ in range(3)]
         self._low_alloc = [SlotAllocator(cap) for _ in range(3)]
-        kw = {"device": self.device}
-        self.high_k = [
-            torch.zeros(cap, h, d, dtype=self.config.high_dtype, **kw)
-            for _ in range(layout.num_layers)
-        ]
-        self.high_v = [torch.zeros_like(t) for t in self.high_k]
-        self.low_k = [
-            torch.zeros(cap, h, dp, dtype=torch.uint8, **kw) for _ in range(layout.num_layers)
-        ]
-        self.low_v = [torch.zeros_like(t) for t in self.low_k]
-        self.low_ks = [
-            torch.ones(cap, h, 1, dtype=torch.float16, **kw) for _ in range(layout.num_layers)
-        ]
-        self.low_vs = [torch.ones_like(t) for t in self.low_ks]
+        self.pools = KVPools(layout, self.config.high_dtype, cap, self.device)
+        self.bytes = KVBytes(layout)
         self._seqs: dict[str, _Sequence] = {}
         self.key_scores = KeyScoreBook()
         self.peak_bytes = 0
@@ -124,8 +116,7 @@ class KVStore:
             for maps, alloc in ((seq.high, self._high_alloc), (seq.low, self._low_alloc)):
                 gone = [p for p in range(length, seq.length) if p in maps[g].index]
                 alloc[g].give([maps[g].remove(p) for p in gone])
-        for p in [p for p in seq.pending if p >= length]:
-            del seq.pending[p]
+        seq.pending.drop_from(length)
         seq.length = length
         seq.settled = min(seq.settled, length)
 
@@ -154,7 +145,7 @@ class KVStore:
         seq = self._get(seq_id)
         if position < seq.settled:
             raise KVStoreError(f"token {position} of {seq_id!r} already left the window")
-        seq.pending[position] = tuple(actions)
+        seq.pending.put(position, actions)
 
     def schedule_many(self, seq_id: str, start: int, actions: Sequence[Sequence[Action]]) -> None:
         for i, acts in enumerate(actions):
@@ -168,35 +159,35 @@ class KVStore:
 
         Tokens still inside the recent window after this step (and sinks) get high slots;
         the others get what their scheduled action says, per group: a low slot, or nothing.
+        Only those tokens' scheduled actions are read, so a decode step (one token per
+        sequence, inside the window) does no per-token work beyond entering its slot.
         """
         if not chunks:
             raise KVStoreError("a step needs at least one (sequence, new token count) pair")
-        offsets, positions = [0], []
+        seqs, offsets, positions = [], [0], []
         for seq_id, n in chunks:
             if n < 1:
                 raise KVStoreError(f"sequence {seq_id!r}: a chunk needs at least one token")
-            seq = self._get(seq_id)
+            seqs.append(seq := self._get(seq_id))
             positions.extend(range(seq.length, seq.length + n))
             offsets.append(offsets[-1] + n)
-        highs = tuple(self._view(chunks, g, high=True) for g in range(3))
-        lows = tuple(self._view(chunks, g, high=False) for g in range(3))
-        rows: list[tuple[list[int], list[int]]] = [([], []) for _ in range(3)]
+        highs = tuple(pool_view([q.high[g] for q in seqs], self.device) for g in range(3))
+        lows = tuple(pool_view([q.low[g] for q in seqs], self.device) for g in range(3))
+        # per group: rows of the packed axis that go low, and rows released at once
+        low_rows: list[list[int]] = [[], [], []]
+        gone_rows: list[list[int]] = [[], [], []]
         sinks, window = self.config.sinks, self.config.window
-        for (seq_id, n), first in zip(chunks, offsets, strict=False):
-            seq = self._seqs[seq_id]
-            stop = seq.length + n - window  # below this a token has left the window by step's end
-            for j in range(n):
-                p = seq.length + j
-                acts = seq.pending.pop(p, _KEEP) if sinks <= p < stop else _KEEP
+        for seq, (_, n), first in zip(seqs, chunks, offsets, strict=False):
+            for j, acts in seq.pending.settle_on_write(seq.length, n, sinks, window):
                 for g in range(3):
-                    if acts[g] == Action.H:
-                        rows[g][0].append(first + j)
-                    elif acts[g] == Action.L:
-                        rows[g][1].append(first + j)
-        writes = tuple(self._place(g, chunks, positions, *rows[g]) for g in range(3))
-        for seq_id, n in chunks:
-            self._seqs[seq_id].length += n
-        self._note_peak(chunks)
+                    if acts[g] != Action.H:
+                        (low_rows if acts[g] == Action.L else gone_rows)[g].append(first + j)
+        writes = tuple(
+            self._place(g, seqs, offsets, positions, low_rows[g], gone_rows[g]) for g in range(3)
+        )
+        for seq, (_, n) in zip(seqs, chunks, strict=True):
+            seq.length += n
+        self._note_peak(seqs)
         batch = StepBatch(
             seq_ids=tuple(s for s, _ in chunks),
             q_offsets=torch.tensor(offsets, dtype=torch.int64),
@@ -213,45 +204,44 @@ class KVStore:
     def _place(
         self,
         g: int,
-        chunks: Sequence[tuple[str, int]],
+        seqs: list[_Sequence],
+        offsets: list[int],
         positions: list[int],
-        high_rows: list[int],
         low_rows: list[int],
+        gone_rows: list[int],
     ) -> GroupWrite:
         """Take slots for one group's new rows and enter them in their sequences' slot maps."""
-        owner = [self._seqs[seq_id] for seq_id, n in chunks for _ in range(n)]
+        every = not low_rows and not gone_rows
+        keep = np.ones(len(positions), dtype=bool)
+        keep[low_rows + gone_rows] = False
+        high_rows = np.flatnonzero(keep)
+        pos = np.asarray(positions, dtype=np.int64)
         out = []
         for rows, alloc, grow, high in (
-            (high_rows, self._high_alloc[g], self._ensure_high_capacity, True),
-            (low_rows, self._low_alloc[g], self._ensure_low_capacity, False),
+            (high_rows, self._high_alloc[g], self.pools.grow_high, True),
+            (np.asarray(low_rows, dtype=np.int64), self._low_alloc[g], self.pools.grow_low, False),
         ):
             slots, cap = alloc.take(len(rows))
             grow(g, cap)
-            for r, slot in zip(rows, slots, strict=True):
-                (owner[r].high if high else owner[r].low)[g].add(positions[r], slot)
+            # rows are sorted and each sequence's rows contiguous: one slice per sequence
+            cuts = np.searchsorted(rows, offsets).tolist()
+            for b, seq in enumerate(seqs):
+                i, j = cuts[b], cuts[b + 1]
+                if j > i:
+                    maps = seq.high if high else seq.low
+                    maps[g].add_many(pos[rows[i:j]].tolist(), slots[i:j])
             out.append(torch.tensor(slots, dtype=torch.int64, device=self.device))
-        every = len(high_rows) == len(positions)
         return GroupWrite(
-            None if every else torch.tensor(high_rows, dtype=torch.int64, device=self.device),
+            None if every else torch.from_numpy(high_rows).to(self.device),
             out[0],
             torch.tensor(low_rows, dtype=torch.int64, device=self.device),
             out[1],
         )
 
     def write(self, layer: int, step: StepBatch, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store this step's K/V rows ``[T, Hkv, D]`` of one layer: high rows at BF16, rows that
-        settle in this step straight into INT4 (from their BF16 values, exactly as a later
-        demotion would quantize them), released rows nowhere."""
-        put = step.writes[self._group_of_layer[layer]]
-        k, v = k.to(self.config.high_dtype), v.to(self.config.high_dtype)
-        for x, pool in ((k, self.high_k), (v, self.high_v)):
-            rows = x if put.high_rows is None else x.index_select(0, put.high_rows)
-            pool[layer].index_copy_(0, put.high_slots, rows)
-        if put.low_rows.numel():
-            for x, codes, scales in ((k, self.low_k, self.low_ks), (v, self.low_v, self.low_vs)):
-                c, sc = quantize_int4(x.index_select(0, put.low_rows))
-                codes[layer].index_copy_(0, put.low_slots, c)
-                scales[layer].index_copy_(0, put.low_slots, sc)
+        """Store this step's K/V rows ``[T, Hkv, D]`` of one layer where ``begin_step`` placed
+        them (``KVPools.write``)."""
+        self.pools.write(layer, step.writes[self._group_of_layer[layer]], k, v)
 
     def attend(
         self,
@@ -265,23 +255,9 @@ class KVStore:
     ) -> torch.Tensor:
         """Attention of this step's queries ``[T, Hq, D]`` over stored keys ∪ this chunk."""
         g = self._group_of_layer[layer]
-        result = mixed_attention(
-            q,
-            step.q_offsets,
-            step.positions,
-            k,
-            v,
-            self.high_k[layer],
-            self.high_v[layer],
-            step.high[g],
-            self.low_k[layer],
-            self.low_v[layer],
-            self.low_ks[layer],
-            self.low_vs[layer],
-            step.low[g],
-            scale=scale,
-            return_key_scores=step.want_scores,
-        )
+        result = self.pools.attend(layer, step.q_offsets, step.positions, q, k, v,
+                                   step.high[g], step.low[g], scale=scale,
+                                   return_key_scores=step.want_scores)  # fmt: skip
         if step.want_scores:
             out, scores = result
             self.key_scores.add(
@@ -297,8 +273,13 @@ class KVStore:
 
     def retained(self, seq_id: str, group: int) -> tuple[list[int], list[int]]:
         """Positions held high and held low in one group (unordered)."""
+        high, low = self.retained_arrays(seq_id, group)
+        return high.tolist(), low.tolist()
+
+    def retained_arrays(self, seq_id: str, group: int) -> tuple[np.ndarray, np.ndarray]:
+        """``retained`` as int64 arrays (copies), for vectorized views."""
         seq = self._get(seq_id)
-        return list(seq.high[group].positions), list(seq.low[group].positions)
+        return seq.high[group].positions.copy(), seq.low[group].positions.copy()
 
     def settled(self, seq_id: str) -> int:
         """Tokens below this position have left the recent window (sinks excepted)."""
@@ -317,144 +298,90 @@ class KVStore:
             missing = [p for p in positions if p not in seq.high[group].index]
             if missing:
                 raise KVStoreError(f"positions {missing[:5]} are not held high; cannot quantize")
-            self._apply_group(seq, group, list(positions), [])
+            self._migrate(group, [(seq, list(positions))], [])
         elif action == Action.R:
             in_high = [p for p in positions if p in seq.high[group].index]
             in_low = [p for p in positions if p in seq.low[group].index]
-            self._apply_group(seq, group, [], in_high)
+            self._migrate(group, [], [(seq, in_high)])
             self._low_alloc[group].give([seq.low[group].remove(p) for p in in_low])
         else:
             raise KVStoreError("demote takes L or R; nothing can be promoted back to H")
 
     def end_step(self, step: StepBatch) -> None:
         """Execute the scheduled actions of tokens written before this step that left the
-        recent window in it (this step's own tokens were placed by ``begin_step``)."""
+        recent window in it (this step's own tokens were placed by ``begin_step``), for the
+        whole batch at once: one quantization per layer, not one per sequence."""
         if step.want_scores:
             self.key_scores.end_step(step.seq_ids)
         s, w = self.config.sinks, self.config.window
+        to_low: list[list[tuple[_Sequence, list[int]]]] = [[], [], []]
+        to_release: list[list[tuple[_Sequence, list[int]]]] = [[], [], []]
         counts = step.q_offsets.diff().tolist()
         for seq_id, n in zip(step.seq_ids, counts, strict=True):
             seq = self._seqs[seq_id]
-            start, stop = max(seq.settled, s), seq.length - w
-            if stop <= start:
-                continue
-            due = [(p, seq.pending.pop(p, _KEEP)) for p in range(start, min(stop, seq.length - n))]
-            seq.settled = stop
+            due, seq.settled = seq.pending.due_after_step(seq.settled, seq.length, n, s, w)
             for g in range(3):
                 low, gone = ([p for p, a in due if a[g] == x] for x in (Action.L, Action.R))
-                self._apply_group(seq, g, low, gone)
+                if low:
+                    to_low[g].append((seq, low))
+                if gone:
+                    to_release[g].append((seq, gone))
+        for g in range(3):
+            self._migrate(g, to_low[g], to_release[g])
 
-    def _apply_group(
-        self, seq: _Sequence, g: int, to_low: list[int], to_release: list[int]
+    def _migrate(
+        self,
+        g: int,
+        to_low: list[tuple[_Sequence, list[int]]],
+        to_release: list[tuple[_Sequence, list[int]]],
     ) -> None:
-        # Quantize first, free the high slots, then take low ones: the live bytes never rise
-        # above what they were before the migration (the codes are scratch in between).
+        """Move held-high tokens of several sequences to the low pool (H→L) or free them (H→R).
+
+        Quantize first, free the high slots, then take low ones: the live bytes never rise
+        above what they were before the migration (the codes are scratch in between).
+        """
         if to_low:
-            high_slots = [seq.high[g].remove(p) for p in to_low]
+            high_slots = [seq.high[g].remove(p) for seq, ps in to_low for p in ps]
             src = torch.tensor(high_slots, dtype=torch.int64, device=self.device)
-            coded = [
-                (layer, quantize_int4(self.high_k[layer].index_select(0, src)),
-                 quantize_int4(self.high_v[layer].index_select(0, src)))
-                for layer in self.groups.layers_of(g)
-            ]  # fmt: skip
+            coded = self.pools.quantize_rows(g, src)
             self._high_alloc[g].give(high_slots)
-            low_slots, cap = self._low_alloc[g].take(len(to_low))
-            self._ensure_low_capacity(g, cap)
+            low_slots, cap = self._low_alloc[g].take(len(high_slots))
+            self.pools.grow_low(g, cap)
             dst = torch.tensor(low_slots, dtype=torch.int64, device=self.device)
-            for layer, (kc, ks), (vc, vs) in coded:
-                self.low_k[layer].index_copy_(0, dst, kc)
-                self.low_ks[layer].index_copy_(0, dst, ks)
-                self.low_v[layer].index_copy_(0, dst, vc)
-                self.low_vs[layer].index_copy_(0, dst, vs)
-            for p, slot in zip(to_low, low_slots, strict=True):
-                seq.low[g].add(p, slot)
-        if to_release:
-            self._high_alloc[g].give([seq.high[g].remove(p) for p in to_release])
-
-    # ----------------------------------------------------------------- storage growth
-    def _ensure_high_capacity(self, g: int, cap: int) -> None:
-        for layer in self.groups.layers_of(g):
-            for pools in (self.high_k, self.high_v):
-                pools[layer] = _grow(pools[layer], cap, 0.0)
-
-    def _ensure_low_capacity(self, g: int, cap: int) -> None:
-        fills = ((self.low_k, 0.0), (self.low_v, 0.0), (self.low_ks, 1.0), (self.low_vs, 1.0))
-        for layer in self.groups.layers_of(g):
-            for pools, fill in fills:
-                pools[layer] = _grow(pools[layer], cap, fill)
-
-    def _view(self, chunks: Sequence[tuple[str, int]], g: int, *, high: bool) -> PoolView:
-        slots: list[int] = []
-        positions: list[int] = []
-        offsets = [0]
-        for seq_id, _ in chunks:
-            m = (self._seqs[seq_id].high if high else self._seqs[seq_id].low)[g]
-            slots.extend(m.slots)
-            positions.extend(m.positions)
-            offsets.append(len(slots))
-        return PoolView(
-            slots=torch.tensor(slots, dtype=torch.int64, device=self.device),
-            offsets=torch.tensor(offsets, dtype=torch.int64),
-            positions=torch.tensor(positions, dtype=torch.int64, device=self.device),
-        )
+            self.pools.put_low(coded, dst)
+            i = 0
+            for seq, ps in to_low:
+                seq.low[g].add_many(ps, low_slots[i : i + len(ps)])
+                i += len(ps)
+        for seq, ps in to_release:
+            self._high_alloc[g].give([seq.high[g].remove(p) for p in ps])
 
     # ----------------------------------------------------------------- accounting
-    def _seq_bytes(self, seq: _Sequence) -> tuple[int, int, int]:
-        lay = self.layout
-        high = low = 0
-        for g in range(3):
-            n_layers = len(self.groups.layers_of(g))
-            high += len(seq.high[g].slots) * n_layers
-            low += len(seq.low[g].slots) * n_layers
-        return high * lay.high_row_bytes, low * lay.low_row_bytes, low * lay.scale_row_bytes
-
-    def _note_peak(self, chunks: Sequence[tuple[str, int]]) -> None:
-        for seq_id, _ in chunks:
-            seq = self._seqs[seq_id]
-            seq.peak_bytes = max(seq.peak_bytes, sum(self._seq_bytes(seq)))
+    def _note_peak(self, seqs: Sequence[_Sequence]) -> None:
+        for seq in seqs:
+            seq.peak_bytes = max(seq.peak_bytes, sum(self.bytes.held(seq.high, seq.low)))
         self.peak_bytes = max(self.peak_bytes, self.live_bytes())
 
     def live_bytes(self) -> int:
         """Payload bytes held by all sequences now (high + low + scales)."""
-        lay, total = self.layout, 0
-        for g in range(3):
-            n_layers = len(self.groups.layers_of(g))
-            total += self._high_alloc[g].used * n_layers * lay.high_row_bytes
-            total += self._low_alloc[g].used * n_layers * (lay.low_row_bytes + lay.scale_row_bytes)
-        return total
-
-    def audit(self) -> None:
-        """Check that every slot of every pool is free exactly once or held by exactly one token.
-
-        Why: after a soak or a fuzz run, ``live_bytes() == 0`` alone would miss a slot that fell
-        out of both the free list and every slot map (capacity lost for good), or one handed to
-        two tokens at once (silent corruption).
-
-        Raises
-        ------
-        KVStoreError
-            Names the pool, group and slots that are lost, shared or out of range.
-        """
-        for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
-            for g, alloc in enumerate(allocs):
-                maps = [(seq.high if kind == "high" else seq.low)[g] for seq in self._seqs.values()]
-                audit_slots(f"{kind} pool, group {g}", alloc, [s for m in maps for s in m.slots])
+        return self.bytes.live(self._high_alloc, self._low_alloc)
 
     def allocated_bytes(self) -> int:
         """Bytes of the pool tensors themselves (capacity, including free slots)."""
-        pools = (self.high_k, self.high_v, self.low_k, self.low_v, self.low_ks, self.low_vs)
-        return sum(t.numel() * t.element_size() for layers in pools for t in layers)
+        return self.pools.allocated_bytes()
+
+    def audit(self) -> None:
+        """Every slot of every pool is free exactly once or held by exactly one token
+        (``slots.audit_slots``: why, and what it raises)."""
+        for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
+            for g, alloc in enumerate(allocs):
+                maps = [(seq.high if kind == "high" else seq.low)[g] for seq in self._seqs.values()]
+                held = [s for m in maps for s in m.slots.tolist()]
+                audit_slots(f"{kind} pool, group {g}", alloc, held)
 
     def report(self, seq_id: str) -> KVReport:
         seq = self._get(seq_id)
-        high, low, scales = self._seq_bytes(seq)
-        full = seq.length * self.layout.num_layers * self.layout.high_row_bytes
+        high, low, scales = self.bytes.held(seq.high, seq.low)
+        full = self.bytes.full(seq.length)
         cfg = self.config
         return KVReport(seq.length, high, low, scales, full, seq.peak_bytes, cfg.sinks, cfg.window)
-
-
-def _grow(t: torch.Tensor, cap: int, fill: float) -> torch.Tensor:
-    if t.shape[0] >= cap:
-        return t
-    extra = torch.full((cap - t.shape[0], *t.shape[1:]), fill, dtype=t.dtype, device=t.device)
-    return torch.cat([t, extra])

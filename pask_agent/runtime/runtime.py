@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypedDict, Unpack
+from typing import Any, Unpack
 
 import anyio
 import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
+from pask_agent.calibration.traces import ModelId
 from pask_agent.errors import ConfigError, PaskError, PolicyTableError, ValidationFailedError
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
@@ -27,6 +27,7 @@ from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.registry import get_policy
 from pask_agent.policy.table import tokenizer_hash
 from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.conversation import Conversation, TurnOptions
 from pask_agent.runtime.engine import (
     Engine,
     Failed,
@@ -38,9 +39,9 @@ from pask_agent.runtime.engine import (
 )
 from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models import LoadedModel, load_model, model_id_of
-from pask_agent.runtime.outputs import TEXT, OutputCompiler, parse_tool_calls, schema_prompt
-from pask_agent.runtime.results import ChatResult, Delta, ToolCall, Usage
-from pask_agent.runtime.tool_validation import checked_tool_calls
+from pask_agent.runtime.outputs import TEXT, OutputCompiler, schema_prompt
+from pask_agent.runtime.results import ChatResult, Delta
+from pask_agent.runtime.turn_output import chat_result, record_turn
 
 
 class Runtime:
@@ -249,12 +250,12 @@ class Runtime:
                         finished = True
                         trace_file = record_traces or self.engine.config.record_traces
                         if trace_file:
-                            self._record(
-                                trace_file, messages, tools, tool_choice, parallel_tool_calls,
-                                spec, event,
+                            record_turn(
+                                trace_file, self.model_id, messages, tools, tool_choice,
+                                parallel_tool_calls, spec, event,
                             )  # fmt: skip
                         if with_result:
-                            yield self._result(event, spec)
+                            yield chat_result(event, spec)
                         return
         finally:
             if not finished:
@@ -263,54 +264,6 @@ class Runtime:
                 request.cancelled = True
                 state.busy = False
                 self._wake.set()
-
-    def _record(
-        self,
-        trace_file: str,
-        messages: Sequence[dict[str, Any]],
-        tools: Sequence[Any] | None,
-        tool_choice: str,
-        parallel: bool,
-        spec: OutputSpec,
-        f: Finished,
-    ) -> None:
-        # ok records only what the runtime knows: the turn ended by itself (not at the token
-        # limit). A caller that knows the outcome (the tool ran, the answer checked) can rewrite
-        # the line; calibration reads either ``ok`` or a ``reference``.
-        specs = [ToolSpec.from_any(t).to_openai() for t in tools or ()]
-        schema = spec.payload if spec.kind == "sql" else None
-        ddl = "\n".join(t.ddl() for t in schema.tables) if schema is not None else None
-        trace = Trace(
-            messages=tuple(messages_json(messages)),
-            output=f.text,
-            output_token_ids=f.token_ids,
-            model=self.model_id,
-            tools=tuple(specs),
-            sql_schema=ddl,
-            tool_choice=tool_choice,
-            parallel_tool_calls=parallel,
-            ok=f.reason != "length",
-        )
-        append_trace(trace_file, trace)
-
-    def _result(self, f: Finished, spec: OutputSpec) -> ChatResult:
-        calls: tuple[ToolCall, ...] = ()
-        if spec.kind == "tools":
-            calls = checked_tool_calls(parse_tool_calls(f.text, spec.payload), spec.payload)
-        usage = Usage(
-            prompt_tokens=f.prompt_tokens,
-            completion_tokens=len(f.token_ids),
-            prefilled_tokens=f.prefilled_tokens,
-            kv_bytes=f.kv.live_bytes,
-            full_kv_bytes=f.kv.full_bytes,
-            measured_b=f.kv.measured_b,
-            peak_kv_bytes=f.kv.peak_bytes,
-            ttft_s=f.ttft_s,
-            tpot_s=f.tpot_s,
-            tag_counts=dict(f.tag_counts),
-        )
-        reason = "tool_calls" if calls else f.reason
-        return ChatResult(f.text, calls, usage, reason, f.token_ids)
 
     async def call(
         self,
@@ -422,59 +375,6 @@ class Runtime:
         if conversation_id not in self._conversations:
             self._conversations[conversation_id] = Conversation(conversation_id, owner=self)
         return self._conversations[conversation_id]
-
-
-class TurnOptions(TypedDict, total=False):
-    """The keyword options :meth:`Runtime.chat` passes on to :meth:`Runtime.stream`."""
-
-    tools: Sequence[Any] | None
-    tool_choice: str
-    parallel_tool_calls: bool
-    policy: str | Policy | None
-    budget: float | None
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    conversation: Conversation | None
-    spec: OutputSpec | None
-    label_spans: Callable[[str], list[CharSpan]] | None
-    ignore_eos: bool
-    record_traces: str | None
-
-
-class Conversation:
-    """Turns of one conversation share one store sequence and one policy session (ledger)."""
-
-    def __init__(self, conversation_id: str, *, owner: Runtime | None = None) -> None:
-        self.id = conversation_id
-        self._owner = owner  # its KV lives in this runtime's store, for this runtime's model
-        self._state: SequenceState | None = None
-
-    def _acquire(self, rt: Runtime, session: Any) -> SequenceState:
-        if self._owner is None:
-            self._owner = rt
-        if self._owner is not rt:
-            raise ConfigError(
-                f"conversation {self.id!r} belongs to another runtime (model "
-                f"{self._owner.engine.loaded.name!r}); its KV cannot move to this one (model "
-                f"{rt.engine.loaded.name!r}): use this runtime's rt.conversation(id)"
-            )
-        if self._state is None:
-            self._state = rt.engine.new_sequence(session)
-        if self._state.busy:
-            raise ConfigError(f"conversation {self.id!r} already has a turn running")
-        self._state.busy = True
-        return self._state
-
-    @property
-    def busy(self) -> bool:
-        """True while one of this conversation's turns is running."""
-        return self._state is not None and self._state.busy
-
-    @property
-    def tokens_in_store(self) -> int:
-        return len(self._state.ids_in_store) if self._state else 0
 
 
 def _resolve_policy(policy: str | Policy) -> Policy:

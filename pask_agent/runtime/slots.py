@@ -1,38 +1,81 @@
-"""Slot bookkeeping for the KV pools: per-sequence slot maps and a free-list allocator."""
+"""Slot bookkeeping for the KV pools: per-sequence slot maps, a free-list allocator, and the
+per-step view of B sequences' slots that attention reads."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
 
+import numpy as np
+import torch
+
 from pask_agent.errors import KVStoreError
+from pask_agent.kernels.attention import PoolView
 
 
 class SlotMap:
     """One sequence's slots in one group's pool: unordered rows with O(1) insert and remove.
 
     Attention is order-free over keys (positions ride along), so removal swaps in the last row.
+    Slots and positions live in int64 arrays that change by one entry per token, so a step
+    reads them (``slots``, ``positions``: views, valid until the next change) without
+    rebuilding anything from Python lists: the host work of a decode step does not grow with
+    the history (issue 11, item 3).
     """
 
-    __slots__ = ("slots", "positions", "index")
+    __slots__ = ("_slots", "_positions", "size", "index")
 
-    def __init__(self) -> None:
-        self.slots: list[int] = []
-        self.positions: list[int] = []
-        self.index: dict[int, int] = {}
+    def __init__(self, capacity: int = 16) -> None:
+        self._slots = np.empty(capacity, np.int64)
+        self._positions = np.empty(capacity, np.int64)
+        self.size = 0
+        self.index: dict[int, int] = {}  # position -> row
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self._slots[: self.size]
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self._positions[: self.size]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _reserve(self, extra: int) -> None:
+        need = self.size + extra
+        if need > len(self._slots):
+            cap = max(need, 2 * len(self._slots))
+            for name in ("_slots", "_positions"):
+                grown = np.empty(cap, np.int64)
+                grown[: self.size] = getattr(self, name)[: self.size]
+                setattr(self, name, grown)
 
     def add(self, position: int, slot: int) -> None:
-        self.index[position] = len(self.slots)
-        self.slots.append(slot)
-        self.positions.append(position)
+        self._reserve(1)
+        i = self.size
+        self._slots[i], self._positions[i] = slot, position
+        self.index[position] = i
+        self.size = i + 1
+
+    def add_many(self, positions: Sequence[int], slots: Sequence[int]) -> None:
+        n = len(positions)
+        self._reserve(n)
+        i = self.size
+        self._slots[i : i + n] = slots
+        self._positions[i : i + n] = positions
+        self.index.update(zip(positions, range(i, i + n), strict=True))
+        self.size = i + n
 
     def remove(self, position: int) -> int:
         i = self.index.pop(position)
-        slot = self.slots[i]
-        last_slot, last_pos = self.slots.pop(), self.positions.pop()
-        if i < len(self.slots):
-            self.slots[i], self.positions[i] = last_slot, last_pos
+        slot = int(self._slots[i])
+        last = self.size - 1
+        if i < last:
+            last_pos = int(self._positions[last])
+            self._slots[i], self._positions[i] = self._slots[last], last_pos
             self.index[last_pos] = i
+        self.size = last
         return slot
 
 
@@ -55,13 +98,17 @@ class SlotAllocator:
         self.used += n
         return taken, self.capacity
 
-    def give(self, slots: Sequence[int]) -> None:
-        self.free.extend(slots)
+    def give(self, slots: Sequence[int] | np.ndarray) -> None:
+        self.free.extend(slots.tolist() if isinstance(slots, np.ndarray) else slots)
         self.used -= len(slots)
 
 
 def audit_slots(name: str, alloc: SlotAllocator, held: Sequence[int]) -> None:
     """Every slot of ``alloc`` is free exactly once or ``held`` by exactly one token.
+
+    Why: after a soak or a fuzz run, ``live_bytes() == 0`` alone would miss a slot that fell
+    out of both the free list and every slot map (capacity lost for good), or one handed to
+    two tokens at once (silent corruption).
 
     Raises
     ------
@@ -77,3 +124,18 @@ def audit_slots(name: str, alloc: SlotAllocator, held: Sequence[int]) -> None:
             f"{name}: {alloc.used} slots counted used, {len(held)} held; lost {lost[:8]}, "
             f"shared or out of range {shared[:8]}"
         )
+
+
+def pool_view(maps: Sequence[SlotMap], device: torch.device) -> PoolView:
+    """B sequences' slot maps of one pool as the kernel's ``PoolView`` (sequence b's keys at
+    ``offsets[b]:offsets[b+1]``): B array copies, no per-token Python."""
+    sizes = np.fromiter((m.size for m in maps), np.int64, len(maps))
+    offsets = np.zeros(len(maps) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    slots = np.concatenate([m.slots for m in maps]) if maps else np.zeros(0, np.int64)
+    positions = np.concatenate([m.positions for m in maps]) if maps else np.zeros(0, np.int64)
+    return PoolView(
+        slots=torch.from_numpy(slots).to(device),
+        offsets=torch.from_numpy(offsets),
+        positions=torch.from_numpy(positions).to(device),
+    )

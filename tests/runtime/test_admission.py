@@ -110,16 +110,16 @@ def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
         engine.step()
     engine.step()
     held = engine.store.report(a.state.seq_id).live_bytes
-    engine._reserved -= a.demand_bytes - held
+    engine.reservations.reserved -= a.demand_bytes - held
     a.demand_bytes = held
-    engine.config = RuntimeConfig(kv_capacity_bytes=engine._reserved, prefill_chunk_tokens=64)
+    engine.reservations.capacity = engine.reservations.reserved
     ends = []
     while engine.has_work():
         for r, event in engine.step():
             ends.append((r, event))
         if a in engine.live:
             assert engine.store.report(a.state.seq_id).live_bytes <= a.demand_bytes
-        assert engine.store.live_bytes() <= engine.config.kv_capacity_bytes
+        assert engine.store.live_bytes() <= engine.reservations.capacity
     assert engine.shed_events > 0
     finished = [r for r, e in ends if isinstance(e, Finished)]
     assert a in finished and b in finished  # both ran to their token limit

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import pytest
 import torch
+from engine_greedy import engine_for, greedy, tiny_loaded
 
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
 from pask_agent.policy.actions import Action, LayerGroups
-from pask_agent.runtime.generate import greedy_generate
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models import load_tokenizer
 from pask_agent.runtime.seam import PaskCache, forward_step
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    """The tiny random Qwen2 (vocab 512) with the default tokenizer, for the engine."""
+    return tiny_loaded(tiny_model, load_tokenizer("default"))
 
 
 def _prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:
@@ -46,11 +53,9 @@ def test_layer_groups_follow_appendix_a2() -> None:
     assert (g.b1, g.b2) == (11, 22)
 
 
-def test_batched_full_kv_matches_hf_per_prompt(tiny_model) -> None:
+def test_batched_full_kv_matches_hf_per_prompt(tiny, tiny_model) -> None:
     prompts = _prompts([5, 23, 11])
-    gens = greedy_generate(
-        tiny_model, _store(tiny_model), prompts, max_new_tokens=12, keep_logits=True
-    )
+    gens = greedy(engine_for(tiny, window=8), prompts, max_new_tokens=12, keep_logits=True)
     for prompt, gen in zip(prompts, gens, strict=True):
         seq = prompt + list(gen.token_ids)
         ref = _hf_logits(tiny_model, seq)
@@ -62,18 +67,12 @@ def test_batched_full_kv_matches_hf_per_prompt(tiny_model) -> None:
                 assert int(row.argmax()) == gen.token_ids[i]
 
 
-def test_release_after_window_equals_masked_reference(tiny_model) -> None:
+def test_release_after_window_equals_masked_reference(tiny, tiny_model) -> None:
     """Released tokens vanish from attention; survivors keep their absolute RoPE positions."""
     sinks, window, n_prompt = 2, 5, 9
     prompt = _prompts([n_prompt], seed=3)[0]
-    gen = greedy_generate(
-        tiny_model,
-        _store(tiny_model, sinks, window),
-        [prompt],
-        max_new_tokens=14,
-        action=Action.R,
-        keep_logits=True,
-    )[0]
+    engine = engine_for(tiny, sinks=sinks, window=window)
+    gen = greedy(engine, [prompt], max_new_tokens=14, action=Action.R, keep_logits=True)[0]
     seq = prompt + list(gen.token_ids)
     n = len(seq)
     mask = torch.tril(torch.ones(n, n, dtype=torch.bool))
@@ -88,12 +87,13 @@ def test_release_after_window_equals_masked_reference(tiny_model) -> None:
         assert torch.allclose(logits, row, atol=2e-3), (i, (logits - row).abs().max())
 
 
-def test_int4_and_release_bytes_are_exact(tiny_model) -> None:
+def test_int4_and_release_bytes_are_exact(tiny, tiny_model) -> None:
     layout = KVLayout.from_config(tiny_model.config)
     sinks, window = 3, 4
     for action in (Action.L, Action.R):
-        store = _store(tiny_model, sinks, window)
-        gen = greedy_generate(tiny_model, store, _prompts([30]), max_new_tokens=6, action=action)[0]
+        engine = engine_for(tiny, sinks=sinks, window=window)
+        store = engine.store
+        gen = greedy(engine, _prompts([30]), max_new_tokens=6, action=action)[0]
         kv = gen.kv
         n = kv.tokens
         assert n == 30 + 6 - 1  # the last sampled token is never forwarded
@@ -112,7 +112,7 @@ def test_int4_and_release_bytes_are_exact(tiny_model) -> None:
         settled_row = layout.low_row_bytes + layout.scale_row_bytes if action == Action.L else 0
         assert kv.peak_bytes == kv.live_bytes + per_layer * (layout.high_row_bytes - settled_row)
         assert kv.peak_bytes < 30 * per_layer * layout.high_row_bytes  # the prompt at BF16
-        assert store.live_bytes() == 0  # the loop removes its sequences when done
+        assert store.live_bytes() == 0  # the engine released every request's KV
 
 
 def _one_chunk(model, actions: tuple[Action, ...]) -> tuple[KVStore, torch.Tensor]:
@@ -137,20 +137,20 @@ def test_per_group_actions_and_int4_rows(tiny_model) -> None:
     # chunk read its own full-precision K/V: the outputs equal those of keeping everything
     assert torch.equal(logits, ref_logits)
     rows = ref._seqs["a"].high[1]
-    before_k = {p: ref.high_k[3][rows.slots[rows.index[p]]] for p in range(10)}
+    before_k = {p: ref.pools.high_k[3][rows.slots[rows.index[p]]] for p in range(10)}
     seq = store._seqs["a"]
     assert sorted(seq.high[0].positions) == list(range(10))
     assert sorted(seq.low[1].positions) == list(range(1, 8))
     assert sorted(seq.high[1].positions) == [0, 8, 9]
-    assert sorted(seq.high[2].positions) == [0, 8, 9] and seq.low[2].positions == []
+    assert sorted(seq.high[2].positions) == [0, 8, 9] and len(seq.low[2].positions) == 0
     # the peak never held the chunk at BF16: it is what the store keeps now
     assert store.report("a").peak_bytes == store.report("a").live_bytes == store.live_bytes()
     # the low pool holds exactly the B.5 quantization of the token's BF16 rows
     for pos, slot in zip(seq.low[1].positions, seq.low[1].slots, strict=True):
         codes, scales = quantize_int4_ref(before_k[pos])
-        assert torch.equal(store.low_k[3][slot], codes)
-        assert torch.equal(store.low_ks[3][slot], scales)
-        deq = dequantize_int4_ref(store.low_k[3][slot], store.low_ks[3][slot], 16)
+        assert torch.equal(store.pools.low_k[3][slot], codes)
+        assert torch.equal(store.pools.low_ks[3][slot], scales)
+        deq = dequantize_int4_ref(store.pools.low_k[3][slot], store.pools.low_ks[3][slot], 16)
         assert (deq - before_k[pos].float()).abs().max() <= scales.float().max() / 2 + 1e-6
     lay = store.layout
     kv = store.report("a")
@@ -160,15 +160,16 @@ def test_per_group_actions_and_int4_rows(tiny_model) -> None:
     assert kv.low_bytes == 7 * n1 * lay.low_row_bytes
 
 
-def test_released_slots_are_reused_not_masked(tiny_model) -> None:
-    store = _store(tiny_model, sinks=2, window=4, cap=8)
-    greedy_generate(tiny_model, store, _prompts([6]), max_new_tokens=60, action=Action.R)
-    # 6 live tokens at most (+1 in flight) ever: the 8-slot pools never had to grow
-    assert store._high_alloc[0].capacity == 8
-    assert store.high_k[0].shape[0] == 8
-    store_full = _store(tiny_model, sinks=2, window=4, cap=8)
-    greedy_generate(tiny_model, store_full, _prompts([6]), max_new_tokens=60, action=Action.H)
-    assert store_full._high_alloc[0].capacity >= 64
+def test_released_slots_are_reused_not_masked(tiny) -> None:
+    engine = engine_for(tiny, sinks=2, window=4)
+    cap = engine.store.config.initial_capacity
+    greedy(engine, _prompts([6]), max_new_tokens=cap + 40, action=Action.R)
+    # 6 live tokens at most (+1 in flight) ever, over cap + 45 written: the pools never grew
+    assert engine.store._high_alloc[0].capacity == cap
+    assert engine.store.pools.high_k[0].shape[0] == cap
+    full = engine_for(tiny, sinks=2, window=4)
+    greedy(full, _prompts([6]), max_new_tokens=cap + 40, action=Action.H)
+    assert full.store._high_alloc[0].capacity >= 2 * cap
 
 
 def test_store_errors_are_typed(tiny_model) -> None:

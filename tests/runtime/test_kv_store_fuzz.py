@@ -187,12 +187,12 @@ class StoreProgram:
         exp = self.expected[seq]
         for pos, slot in zip(s.high[g].positions, s.high[g].slots, strict=True):
             want = exp.rows[(layer, pos)]
-            assert torch.equal(self.store.high_k[layer][slot], want), (seq, g, pos)
-            assert torch.equal(self.store.high_v[layer][slot], -want), (seq, g, pos)
+            assert torch.equal(self.store.pools.high_k[layer][slot], want), (seq, g, pos)
+            assert torch.equal(self.store.pools.high_v[layer][slot], -want), (seq, g, pos)
         for pos, slot in zip(s.low[g].positions, s.low[g].slots, strict=True):
             want = exp.rows[(layer, pos)].float()
-            scales = self.store.low_ks[layer][slot]
-            got = dequantize_int4_ref(self.store.low_k[layer][slot], scales, LAYOUT.head_dim)
+            scales = self.store.pools.low_ks[layer][slot]
+            got = dequantize_int4_ref(self.store.pools.low_k[layer][slot], scales, LAYOUT.head_dim)
             assert (got - want).abs().max() <= scales.float().max() / 2 + 1e-3, (seq, g, pos)
 
 

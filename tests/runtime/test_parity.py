@@ -1,12 +1,11 @@
-"""Full-KV parity on the real bundled models: our store + seam = transformers' own generate."""
+"""Full-KV parity on the real bundled models: ``Engine.step`` (the loop users run, through our
+store and seam) = transformers' own greedy ``generate``."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-
-from pask_agent.runtime.generate import greedy_generate, stop_token_ids
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from engine_greedy import engine_for, greedy
 
 PROMPTS = (
     "The capital of France is",
@@ -17,12 +16,12 @@ PROMPTS = (
 
 def _check_parity(loaded, new_tokens: int = 64) -> float:
     model, tok = loaded.model, loaded.tokenizer
-    stops = stop_token_ids(model, tok)
     ids = [tok(p, add_special_tokens=False)["input_ids"] for p in PROMPTS]
-    store = KVStore(KVLayout.from_config(model.config), StoreConfig(sinks=4, window=16))
-    gens = greedy_generate(
-        model, store, ids, max_new_tokens=new_tokens, stop_ids=stops, keep_logits=True
-    )  # the three prompts run batched
+    engine = engine_for(loaded, sinks=4, window=16)
+    stops = engine.stop_ids
+    # the three prompts run batched, as the runtime serves them
+    gens = greedy(engine, ids, max_new_tokens=new_tokens, keep_logits=True)
+    assert engine.store.live_bytes() == 0  # every request released its KV
     model.set_attn_implementation("sdpa")
     worst = 0.0
     for prompt, gen in zip(ids, gens, strict=True):

@@ -1,0 +1,141 @@
+"""What crosses the engine's door: serving settings, sampling settings, one request's state,
+and how a request ends (``Finished`` or ``Failed``), as events the async ``Runtime`` routes.
+
+Kept apart from ``engine.py`` so the loop reads in one sitting and callers that only build
+requests or configs (the server, the CLI, eval) need not read it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from pask_agent.errors import ConfigError
+from pask_agent.grammars.token_text import TokenTextStream
+from pask_agent.policy.base import Policy, PolicySession
+from pask_agent.runtime.constraint import Constraint, OutputSpec
+from pask_agent.runtime.results import Delta
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' demands
+    (what their policies keep: ``runtime/admission.py``): a request that fits alone waits until
+    the running ones leave it room; one that could never fit is refused with
+    ``RequestTooLargeError`` when it is made."""
+
+    sinks: int = 4
+    window: int = 16
+    kv_capacity_bytes: int = 4 << 30
+    prefill_chunk_tokens: int = 256
+    max_batch: int = 16
+    # Off by default: appending grammar-forced text re-tokenizes it, which gives the model token
+    # boundaries it never produces itself; on 20 BFCL cases that cost 2 correct calls
+    # (18/20 without, 16/20 with) for a modest speed gain.
+    jump_forward: bool = False
+    # Between parallel calls, start another call whenever the model gives continuing at least
+    # this probability (grammar-masked), instead of only when continuing is its argmax. The
+    # default 0.5B model closes the array after one call even when the request lists several
+    # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
+    # after the last one (an exploratory teacher-forced probe on 10 parallel dev cases).
+    # Chosen on the dev split
+    # (results/fullkv_variants.md: parallel 20 % -> 50 %, parallel_multiple 0 % -> 40 %).
+    # None: plain greedy/sampling.
+    continue_calls_at: float | None = 0.01
+    # Append one trace line per finished turn to this JSONL file (calibration/traces.py), so
+    # real use becomes calibration data. None: record nothing.
+    record_traces: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
+            raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
+        if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
+            raise ConfigError(
+                f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False  # benchmarks: always generate max_new_tokens
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise ConfigError("need temperature >= 0 and 0 < top_p <= 1")
+
+
+@dataclass
+class SequenceState:
+    """A store sequence that outlives one request (a conversation): its tokens and policy."""
+
+    seq_id: str
+    session: PolicySession
+    ids_in_store: list[int] = field(default_factory=list)
+    busy: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The end of a request: generated ids, why it stopped, and the store's KV report."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    reason: str
+    prompt_tokens: int
+    prefilled_tokens: int
+    kv: Any
+    ttft_s: float
+    tpot_s: float
+    tag_counts: dict[str, int] = field(default_factory=dict)
+    # [V] fp32 logits of each sampled token before any mask, when the request kept them
+    step_logits: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: BaseException
+
+
+@dataclass(eq=False)
+class Request:
+    """One request's mutable state; owned by the engine thread once submitted."""
+
+    prompt_ids: list[int]
+    labels: list[str] | None
+    spec: OutputSpec
+    params: SamplingParams
+    state: SequenceState  # a fresh one per bare request, the conversation's otherwise
+    policy: Policy = field(default_factory=Policy)
+    keep_sequence: bool = False
+    cancelled: bool = False
+    # engine-side progress
+    constraint: Constraint | None = None
+    prefill_pos: int = 0
+    reused: int = 0
+    generated: list[int] = field(default_factory=list)
+    feed: list[int] = field(default_factory=list)
+    text: str = ""
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    generator: torch.Generator | None = None
+    stream: TokenTextStream | None = None
+    demand_bytes: int = 0  # reserved KV capacity (grows if the request outruns it)
+    plan: list | None = None  # prefill plan of prompt_ids[plan_keep:], made at admission
+    plan_keep: int = -1
+    tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
+    # Parity checks compare every step's raw logits with transformers' own: keep them (a [V]
+    # copy per token, so off by default).
+    keep_logits: bool = False
+    step_logits: list[torch.Tensor] = field(default_factory=list)
+
+
+Event = tuple[Request, Delta | Finished | Failed]

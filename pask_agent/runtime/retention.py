@@ -1,0 +1,40 @@
+"""What a revising policy sees of one sequence after a step: a ``RetentionView``.
+
+The score- and recency-based baselines (``revises = True``) re-rank settled tokens every step.
+The view is cut from the slot maps' position arrays with vectorized masks, so the host work
+per step is a handful of array operations whatever the history length (issue 11, item 3).
+"""
+
+from __future__ import annotations
+
+from pask_agent.policy.base import RetentionView
+from pask_agent.runtime.kv_store import KVStore
+
+
+def retention_view(
+    store: KVStore, seq_id: str, *, with_scores: bool, prefill_done: bool
+) -> RetentionView:
+    """Settled positions held high (sinks excluded) and held low per layer group, and the
+    attention mass per position when ``with_scores``."""
+    settled, sinks = store.settled(seq_id), store.config.sinks
+    high, low, scores, latest = [], [], [], []
+    for g in range(3):
+        h, lo = store.retained_arrays(seq_id, g)
+        high.append(h[(h >= sinks) & (h < settled)])
+        low.append(lo[lo < settled])
+        if with_scores:
+            scores.append(store.token_scores(seq_id, g).numpy())
+            latest.append(store.token_scores(seq_id, g, latest_step=True).numpy())
+    return RetentionView(
+        length=store.length(seq_id),
+        settled=settled,
+        sinks=sinks,
+        high=(high[0], high[1], high[2]),
+        low=(low[0], low[1], low[2]),
+        scores=(scores[0], scores[1], scores[2]) if with_scores else None,
+        step_scores=(latest[0], latest[1], latest[2]) if with_scores else None,
+        prefill_done=prefill_done,
+    )
+
+
+__all__ = ["retention_view"]

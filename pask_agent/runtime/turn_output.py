@@ -1,0 +1,72 @@
+"""What a finished turn becomes: the caller's ``ChatResult`` (tool calls parsed and checked,
+usage with measured KV bytes) and, when asked, one calibration trace line.
+
+Kept apart from ``runtime.py``, which routes requests; these are pure functions of a turn's
+``Finished`` event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
+from pask_agent.grammars.tool_spec import ToolSpec
+from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.outputs import parse_tool_calls
+from pask_agent.runtime.requests import Finished
+from pask_agent.runtime.results import ChatResult, ToolCall, Usage
+from pask_agent.runtime.tool_validation import checked_tool_calls
+
+
+def record_turn(
+    trace_file: str,
+    model: ModelId,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[Any] | None,
+    tool_choice: str,
+    parallel: bool,
+    spec: OutputSpec,
+    f: Finished,
+) -> None:
+    """Append the turn to ``trace_file`` (``calibration/traces.py``)."""
+    # ok records only what the runtime knows: the turn ended by itself (not at the token
+    # limit). A caller that knows the outcome (the tool ran, the answer checked) can rewrite
+    # the line; calibration reads either ``ok`` or a ``reference``.
+    specs = [ToolSpec.from_any(t).to_openai() for t in tools or ()]
+    schema = spec.payload if spec.kind == "sql" else None
+    ddl = "\n".join(t.ddl() for t in schema.tables) if schema is not None else None
+    trace = Trace(
+        messages=tuple(messages_json(messages)),
+        output=f.text,
+        output_token_ids=f.token_ids,
+        model=model,
+        tools=tuple(specs),
+        sql_schema=ddl,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        ok=f.reason != "length",
+    )
+    append_trace(trace_file, trace)
+
+
+def chat_result(f: Finished, spec: OutputSpec) -> ChatResult:
+    """The turn's answer, its tool calls (validated against their schemas) and usage."""
+    calls: tuple[ToolCall, ...] = ()
+    if spec.kind == "tools":
+        calls = checked_tool_calls(parse_tool_calls(f.text, spec.payload), spec.payload)
+    usage = Usage(
+        prompt_tokens=f.prompt_tokens,
+        completion_tokens=len(f.token_ids),
+        prefilled_tokens=f.prefilled_tokens,
+        kv_bytes=f.kv.live_bytes,
+        full_kv_bytes=f.kv.full_bytes,
+        measured_b=f.kv.measured_b,
+        peak_kv_bytes=f.kv.peak_bytes,
+        ttft_s=f.ttft_s,
+        tpot_s=f.tpot_s,
+        tag_counts=dict(f.tag_counts),
+    )
+    reason = "tool_calls" if calls else f.reason
+    return ChatResult(f.text, calls, usage, reason, f.token_ids)
+
