@@ -1,8 +1,9 @@
 """Text-to-SQL question sets: the project's sample set, or a user-supplied BIRD dev folder.
 
 Why: BIRD's databases are a multi-GB download we cannot ship, so tests, calibration and the
-SQL assistant use ``recipes/data/`` (two SQLite databases built by ``build_databases.py`` and
-``questions.jsonl``, whose gold SQL is stored in the SQL grammar's canonical form), which ships
+SQL assistant use ``recipes/data/`` (four SQLite databases built by ``build_databases.py`` and
+``questions.jsonl``, whose gold SQL is stored in the SQL grammar's canonical form and whose
+``split`` field fixes the dev/test split once for every command), which ships
 in the wheel as package data (``pask_agent.package_data``). A user who
 has BIRD can point ``load_bird_dev`` at its dev folder (``dev.json`` +
 ``dev_databases/<db>/<db>.sqlite``) and run the same harness.

@@ -1,12 +1,26 @@
-"""Execution accuracy of ``SQLiteAssistant`` over the sample question set (or BIRD dev).
+"""Execution accuracy of ``SQLiteAssistant`` over the sample question set or a BIRD dev folder.
 
-    python -m pask_agent.eval.sql_eval --split test            # the project's sample set
-    python -m pask_agent.eval.sql_eval --bird PATH --limit 50  # a user-supplied BIRD dev
-    python -m pask_agent.eval.sql_eval --split test --repairs 1  # refused queries go back once
+    python -m pask_agent.eval.sql_eval --split test                      # Full KV, defaults
+    python -m pask_agent.eval.sql_eval --split test --policies full,pask,snapkv,mikv \\
+        --budgets 0.33,0.5 --out results/sql_test
+    python -m pask_agent.eval.sql_eval --split test --candidates 1 --no-linking  # old assistant
+    python -m pask_agent.eval.sql_eval --bird PATH --limit 50            # a BIRD dev folder
 
-A question counts as correct when the predicted SQL's rows equal the gold SQL's rows as sets
-(BIRD's rule: order and duplicates ignored). Writes ``results/sql_accuracy.json`` (summary and
-one record per question) and ``results/sql_accuracy.md``.
+A question counts as correct when the chosen query's rows equal the gold query's rows: as sets
+(BIRD's rule, duplicates ignored) unless the gold query orders its result (a top-level
+``ORDER BY``), then as sequences. Floats are compared to 6 decimals. Every candidate is scored
+too, so the accuracy of voting among the first k candidates can be read off one run for every
+smaller k (``k_curve``); that is how the default k is chosen on the dev split.
+
+Writes ``<out>/sql_eval.jsonl`` (one record per question and configuration),
+``<out>/sql_eval.md`` (accuracy by difficulty per policy and budget, with measured B, shaped
+like the paper's Table 12), ``<out>/sql_eval.png`` (accuracy against measured B) and
+``<out>/sql_eval.json`` (summaries, settings, command, git commit, machine).
+
+Inputs are checked before the model loads and before any file is written: a missing database,
+a file that is not SQLite, a database without tables, a question over 4,000 characters or a
+BIRD folder whose database is missing stop the run with a typed error and change no file.
+Databases are only ever opened read-only.
 """
 
 from __future__ import annotations
@@ -16,22 +30,49 @@ import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
+import sqlglot
+from sqlglot import exp
 
-from pask_agent.eval.sql_data import SqlQuestionSet, load_bird_dev, load_sample_questions
-from pask_agent.integrations.sql import SQLiteAssistant
-from pask_agent.integrations.sql_db import SqlExecutionError
-from pask_agent.runtime.runtime import Runtime
+from pask_agent.errors import ConfigError, PaskError
+from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
+from pask_agent.grammars.sql.schema import SqlSchema
+from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SqlAnswer, SQLiteAssistant
+from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_vote import tally
 
 _ALL_ROWS = 1_000_000  # scoring compares whole results, not the assistant's row cap
+_DIFFICULTIES = ("simple", "moderate", "challenging")
+
+
+@dataclass(frozen=True, slots=True)
+class SqlConfig:
+    """One row of the results table: a KV policy at a budget, and how the assistant asks."""
+
+    policy: str
+    budget: float | None
+    candidates: int
+    linking: bool
+
+    @property
+    def name(self) -> str:
+        b = "" if self.budget is None else f"@{self.budget:g}"
+        return f"{self.policy}{b} k={self.candidates}{'' if self.linking else ' plain'}"
 
 
 @dataclass(frozen=True, slots=True)
 class SqlRecord:
+    """One question under one configuration; ``candidates`` holds each candidate's SQL,
+    result digest, votes, error and whether its rows match the gold rows."""
+
+    config: str
+    policy: str
+    budget: float | None
     id: str
     db: str
     difficulty: str
@@ -41,162 +82,364 @@ class SqlRecord:
     correct: bool
     error: str | None
     completion_tokens: int
-    measured_b: float
+    measured_b: float  # the worst candidate's: a budget holds per request
+    pooled_b: float  # all candidates' KV bytes over their Full-KV bytes
     seconds: float
-    repairs: int = 0  # refused queries sent back to the model before the final one
+    repairs: int = 0
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def gold_orders(sql: str) -> bool:
+    """Whether the query orders its result at the top level (then order is scored)."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return " ORDER BY " in sql.upper()
+    return isinstance(tree, exp.Query) and tree.args.get("order") is not None
+
+
+def _norm(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+    return [tuple(round(v, 6) + 0.0 if isinstance(v, float) else v for v in r) for r in rows]
+
+
+def results_match(predicted: QueryResult, gold: QueryResult, *, ordered: bool) -> bool:
+    """Rows equal as sequences when the gold query orders, else as sets (BIRD's rule)."""
+    p, g = _norm(predicted.rows), _norm(gold.rows)
+    return p == g if ordered else set(p) == set(g)
+
+
+def check_inputs(questions: SqlQuestionSet) -> None:
+    """Refuse what the run cannot use before the model loads and before any file is written.
+
+    Raises
+    ------
+    ConfigError
+        A database file is missing or a question is empty or over ``MAX_QUESTION_CHARS``.
+    DDLError
+        A database file is not SQLite or has no tables.
+    """
+    if not questions.questions:
+        raise ConfigError("no questions to ask; check --split, --limit or the BIRD dev.json")
+    for db, path in questions.databases:
+        if not Path(path).is_file():
+            raise ConfigError(f"database {db!r} is missing: {path}")
+        SqlSchema.from_sqlite(path)
+    for q in questions.questions:
+        text = _question_text(q)
+        if not text.strip() or len(text) > MAX_QUESTION_CHARS:
+            raise ConfigError(
+                f"question {q.id!r} has {len(text)} characters; each must have 1 to "
+                f"{MAX_QUESTION_CHARS} (evidence included)"
+            )
+
+
+def _question_text(q: SqlQuestion) -> str:
+    """BIRD's evidence (external knowledge) goes with the question, as BIRD's baselines do."""
+    return f"{q.question} (Hint: {q.evidence})" if q.evidence.strip() else q.question
+
+
+def configurations(
+    policies: Sequence[str], budgets: Sequence[float], candidates: int, linking: bool
+) -> list[SqlConfig]:
+    """Full KV once, every other policy at every budget."""
+    out: list[SqlConfig] = []
+    for p in policies:
+        for b in [None] if p == "full" else budgets:
+            cfg = SqlConfig(p, b, candidates, linking)
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def score(
+    db: ReadOnlyDatabase, q: SqlQuestion, answer: SqlAnswer, config: SqlConfig, seconds: float
+) -> SqlRecord:
+    """Compare the answer and each candidate with the gold rows."""
+    ordered = gold_orders(q.gold_sql)
+    gold = db.query(q.gold_sql, row_limit=_ALL_ROWS)
+    right: dict[str, bool] = {}
+    candidates = []
+    for c in answer.candidates:
+        ok = False
+        if c.error is None:
+            if c.sql not in right:
+                try:
+                    rows = db.query(c.sql, row_limit=_ALL_ROWS)
+                    right[c.sql] = results_match(rows, gold, ordered=ordered)
+                except SqlExecutionError:  # past the time limit once the row cap is lifted
+                    right[c.sql] = False
+            ok = right[c.sql]
+        candidates.append(
+            {"sql": c.sql, "digest": c.digest, "votes": c.votes, "error": c.error, "correct": ok}
+        )
+    correct = answer.error is None and right.get(answer.sql, False)
+    u = answer.usage
+    return SqlRecord(
+        config.name, config.policy, config.budget, q.id, q.db, q.difficulty, q.question,
+        q.gold_sql, answer.sql, correct, answer.error, u.completion_tokens,
+        round(u.max_measured_b, 4), round(u.measured_b, 4), round(seconds, 2),
+        len(answer.failed), candidates,
+    )  # fmt: skip
 
 
 async def evaluate(
     questions: SqlQuestionSet,
+    configs: Sequence[SqlConfig],
     *,
-    model: str = "default",
-    policy: str | None = None,
-    budget: float | None = None,
+    model: Any = "default",
     repairs: int = 0,
+    log: Callable[[str], None] = print,
+    on_config: Callable[[list[SqlRecord]], None] | None = None,
 ) -> list[SqlRecord]:
-    """Ask every question (one assistant per database) and score it against the gold rows."""
-    records = []
+    """Ask every question under every configuration (one assistant per database and prompt
+    style) and score it; ``on_config`` sees all records so far after each configuration."""
+    from pask_agent.policy.registry import get_policy
+    from pask_agent.runtime.runtime import Runtime
+
+    for cfg in configs:
+        get_policy(cfg.policy)  # an unknown name fails before the model loads
+    check_inputs(questions)
+    records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants = {
-            db: SQLiteAssistant(path, runtime=rt, repairs=repairs)
-            for db, path in questions.databases
-        }
-        for q in questions.questions:
-            assistant = assistants[q.db]
-            start = time.perf_counter()
-            answer = await assistant.ask(q.question, policy=policy, budget=budget)
-            correct = False
-            if answer.error is None:
-                try:
-                    predicted = assistant.db.query(answer.sql, row_limit=_ALL_ROWS)
-                    gold = assistant.db.query(q.gold_sql, row_limit=_ALL_ROWS)
-                    correct = set(predicted.rows) == set(gold.rows)
-                except SqlExecutionError:
-                    correct = False  # the time limit or a gold query outside SQLite's reach
-            records.append(
-                SqlRecord(
-                    q.id,
-                    q.db,
-                    q.difficulty,
-                    q.question,
-                    q.gold_sql,
-                    answer.sql,
-                    correct,
-                    answer.error,
-                    answer.usage.completion_tokens,
-                    round(answer.usage.measured_b, 4),
-                    round(time.perf_counter() - start, 2),
-                    len(answer.failed),
-                )
-            )
-            print(f"{q.id}: {'ok ' if correct else 'BAD'} {answer.sql}", flush=True)
-        for assistant in assistants.values():
-            assistant.close()
+        assistants: dict[tuple[str, bool], SQLiteAssistant] = {}
+        try:
+            for cfg in configs:
+                for q in questions.questions:
+                    key = (q.db, cfg.linking)
+                    if key not in assistants:
+                        path = questions.db_path(q.db)
+                        assistants[key] = SQLiteAssistant(
+                            path, runtime=rt, repairs=repairs, linking=cfg.linking
+                        )
+                    assistant = assistants[key]
+                    start = time.perf_counter()
+                    answer = await assistant.ask(
+                        _question_text(q),
+                        policy=cfg.policy,
+                        budget=cfg.budget,
+                        candidates=cfg.candidates,
+                    )
+                    record = score(assistant.db, q, answer, cfg, time.perf_counter() - start)
+                    records.append(record)
+                    mark = "ok " if record.correct else "BAD"
+                    log(f"[{cfg.name}] {q.id}: {mark} B={record.measured_b:.3f} {answer.sql}")
+                if on_config is not None:
+                    on_config(records)
+        finally:
+            for assistant in assistants.values():
+                assistant.close()
     return records
 
 
-def summarize(records: list[SqlRecord]) -> dict[str, Any]:
-    """Overall, per-difficulty and per-database execution accuracy."""
+def k_curve(records: Sequence[SqlRecord], ks: Sequence[int]) -> dict[int, float]:
+    """Accuracy had only the first k candidates voted (greedy first, seeds in order)."""
+    out = {}
+    for k in ks:
+        hits = 0
+        for r in records:
+            cands = r.candidates[:k]
+            _, best = tally([c["digest"] for c in cands])
+            hits += best is not None and bool(cands[best]["correct"])
+        out[k] = round(hits / len(records), 4) if records else 0.0
+    return out
+
+
+def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
+    """Per configuration: accuracy overall, by difficulty and by database; measured B."""
+    by_config: dict[str, list[SqlRecord]] = defaultdict(list)
+    for r in records:
+        by_config[r.config].append(r)
 
     def acc(rs: list[SqlRecord]) -> dict[str, Any]:
-        n = len(rs)
         ok = sum(r.correct for r in rs)
-        return {"n": n, "correct": ok, "accuracy": round(ok / n, 4) if n else None}
+        return {"n": len(rs), "correct": ok, "accuracy": round(ok / len(rs), 4) if rs else None}
 
-    by_difficulty: dict[str, list[SqlRecord]] = defaultdict(list)
-    by_db: dict[str, list[SqlRecord]] = defaultdict(list)
+    out = []
+    for name, rs in by_config.items():
+        groups: dict[str, dict[str, list[SqlRecord]]] = {"difficulty": {}, "db": {}}
+        for r in rs:
+            groups["difficulty"].setdefault(r.difficulty, []).append(r)
+            groups["db"].setdefault(r.db, []).append(r)
+        k = max(len(r.candidates) for r in rs)
+        out.append(
+            {
+                "config": name,
+                "policy": rs[0].policy,
+                "budget": rs[0].budget,
+                "overall": acc(rs),
+                "by_difficulty": {d: acc(v) for d, v in sorted(groups["difficulty"].items())},
+                "by_db": {d: acc(v) for d, v in sorted(groups["db"].items())},
+                "errors": sum(r.error is not None for r in rs),
+                "mean_measured_b": round(sum(r.measured_b for r in rs) / len(rs), 4),
+                "max_measured_b": max(r.measured_b for r in rs),
+                "k_curve": k_curve(rs, range(1, k + 1)),
+                "seconds": round(sum(r.seconds for r in rs), 1),
+            }
+        )
+    return out
+
+
+def paired_against(
+    records: Sequence[SqlRecord], baseline: Sequence[SqlRecord]
+) -> list[tuple[str, Any]]:
+    """Each configuration against the baseline run, paired by question id."""
+    from pask_agent.eval.paired import compare_paired
+
+    base = {r.id: r.correct for r in baseline}
+    by_config: dict[str, dict[str, bool]] = defaultdict(dict)
     for r in records:
-        by_difficulty[r.difficulty].append(r)
-        by_db[r.db].append(r)
-    return {
-        "overall": acc(records),
-        "by_difficulty": {k: acc(v) for k, v in sorted(by_difficulty.items())},
-        "by_db": {k: acc(v) for k, v in sorted(by_db.items())},
-        "errors": sum(r.error is not None for r in records),
-        "repaired": sum(r.repairs > 0 and r.error is None for r in records),
-        "repaired_correct": sum(r.repairs > 0 and r.correct for r in records),
-        "mean_measured_b": round(sum(r.measured_b for r in records) / len(records), 4)
-        if records
-        else None,
-        "max_measured_b": max((r.measured_b for r in records), default=None),
-    }
+        by_config[r.config][r.id] = r.correct
+    return [(name, compare_paired(hits, base)) for name, hits in by_config.items()]
+
+
+def load_records(path: Path) -> list[SqlRecord]:
+    """Records of an earlier run's JSONL (its first configuration when it holds several)."""
+    if not path.is_file():
+        raise ConfigError(f"{path} not found; pass a sql_eval.jsonl written by this command")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ConfigError(f"{path} holds no records")
+    first = rows[0]["config"]
+    return [SqlRecord(**row) for row in rows if row["config"] == first]
 
 
 def write_results(
-    records: list[SqlRecord], settings: dict[str, Any], out_dir: Path, seconds: float
-) -> Path:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary = summarize(records)
-    record = {
-        "settings": settings,
-        "wall_seconds": round(seconds, 1),
-        **summary,
-        "questions": [asdict(r) for r in records],
-    }
-    path = out_dir / "sql_accuracy.json"
-    path.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
-    o = summary["overall"]
+    out: Path,
+    records: Sequence[SqlRecord],
+    settings: dict[str, Any],
+    baseline: Sequence[SqlRecord] | None = None,
+) -> dict[str, Any]:
+    """Write the JSONL, Markdown, PNG and summary JSON; returns the summary object."""
+    from pask_agent.eval.paired import paired_table
+    from pask_agent.eval.plots import plot_accuracy_vs_budget
+    from pask_agent.eval.provenance import provenance
+
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = summarize(records)
+    with (out / "sql_eval.jsonl").open("w") as f:
+        for r in records:
+            f.write(json.dumps(asdict(r), ensure_ascii=False, default=str) + "\n")
+    report = {**provenance(), "settings": settings, "configs": summaries}
     lines = [
         "# Text-to-SQL execution accuracy (SQLiteAssistant)",
         "",
-        f"Settings: {json.dumps(settings)}. Execution accuracy **{o['correct']}/{o['n']}"
-        f" = {o['accuracy']:.1%}**; {summary['errors']} final queries failed in SQLite; "
-        f"{summary['repaired']} ran after a repair ({summary['repaired_correct']} correct); "
-        f"measured KV budget B per question: mean {summary['mean_measured_b']}, "
-        f"max {summary['max_measured_b']}; "
-        f"{seconds / 60:.1f} min.",
+        f"Command: `{report['command']}`; commit {report['git_commit']}; {report['machine']}.",
+        f"Settings: {json.dumps(settings)}.",
         "",
-        "| group | n | correct | accuracy |",
-        "| --- | ---: | ---: | ---: |",
+        "Execution accuracy (%) by difficulty; measured B is the worst candidate's KV bytes over "
+        "Full-KV bytes per question (prompt + generated, INT4 scales included).",
+        "",
+        "| configuration | simple | moderate | challenging | overall | n | mean B | max B | "
+        "errors | s/question |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, group in [("difficulty", "by_difficulty"), ("db", "by_db")]:
-        for key, a in summary[group].items():
-            lines.append(f"| {name}={key} | {a['n']} | {a['correct']} | {a['accuracy']:.1%} |")
-    lines += ["", "| id | ok | repairs | predicted SQL |", "| --- | --- | ---: | --- |"]
+    for s in summaries:
+        cells = []
+        for d in _DIFFICULTIES:
+            a = s["by_difficulty"].get(d)
+            cells.append(f"{100 * a['accuracy']:.1f}" if a else "-")
+        o = s["overall"]
+        lines.append(
+            f"| {s['config']} | {' | '.join(cells)} | **{100 * o['accuracy']:.1f}** "
+            f"({o['correct']}/{o['n']}) | {o['n']} | {s['mean_measured_b']:.3f} | "
+            f"{s['max_measured_b']:.3f} | {s['errors']} | {s['seconds'] / o['n']:.1f} |"
+        )
+    lines += ["", "Voting among the first k candidates (accuracy %):", ""]
+    for s in summaries:
+        curve = ", ".join(f"k={k}: {100 * v:.1f}" for k, v in s["k_curve"].items())
+        lines.append(f"- {s['config']}: {curve}")
+    if baseline:
+        pairs = paired_against(records, baseline)
+        report["paired_vs_baseline"] = [{"config": n, **asdict(c)} for n, c in pairs]
+        lines += ["", f"Paired against the baseline run ({baseline[0].config}):", ""]
+        lines.append(paired_table(pairs, reference="baseline"))
+    lines += ["", "| config | id | ok | predicted SQL |", "|---|---|---|---|"]
     for r in records:
         sql = r.predicted_sql.replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| {r.id} | {'yes' if r.correct else 'no'} | {r.repairs} | `{sql}` |")
-    (out_dir / "sql_accuracy.md").write_text("\n".join(lines) + "\n")
-    return path
+        lines.append(f"| {r.config} | {r.id} | {'yes' if r.correct else 'no'} | `{sql}` |")
+    (out / "sql_eval.md").write_text("\n".join(lines) + "\n")
+    (out / "sql_eval.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    points = [
+        _Point(s["policy"], s["mean_measured_b"], s["overall"]["accuracy"]) for s in summaries
+    ]
+    plot_accuracy_vs_budget(points, out / "sql_eval.png", title="Text-to-SQL execution accuracy")
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    policy: str
+    measured_b: float
+    overall: float
+
+
+def _load(args: argparse.Namespace) -> SqlQuestionSet:
+    from pask_agent.eval.sql_data import load_bird_dev, load_sample_questions
+
+    if args.bird is not None:
+        return load_bird_dev(args.bird, limit=args.limit)
+    questions = load_sample_questions(split=args.split)
+    if args.limit is not None:
+        questions = SqlQuestionSet(questions.questions[: args.limit], questions.databases)
+    return questions
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pask_agent.eval.sql_eval", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--split", choices=("dev", "test"), default=None, help="sample split")
     parser.add_argument("--bird", type=Path, default=None, help="a BIRD dev folder instead")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only")
     parser.add_argument("--model", default="default")
-    parser.add_argument("--policy", default=None, help="KV policy (default: full)")
-    parser.add_argument("--budget", type=float, default=None, help="KV budget B")
+    parser.add_argument("--policies", default="full", help="comma-separated policy names")
+    parser.add_argument("--budgets", default="0.33", help="comma-separated target budgets B")
+    parser.add_argument("--candidates", type=int, default=None, help="k (default: assistant's)")
+    parser.add_argument("--no-linking", action="store_true", help="the plain DDL prompt")
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
-    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--baseline", type=Path, default=None, help="a run to pair against")
+    parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
-    if args.bird is not None:
-        questions = load_bird_dev(args.bird, limit=args.limit)
-    else:
-        questions = load_sample_questions(split=args.split)
-        if args.limit is not None:
-            questions = SqlQuestionSet(questions.questions[: args.limit], questions.databases)
-    settings = {
-        "data": str(args.bird) if args.bird else f"sample:{args.split or 'all'}",
-        "model": args.model,
-        "policy": args.policy or "full",
-        "budget": args.budget,
-        "questions": len(questions.questions),
-        "repairs": args.repairs,
-    }
-    start = time.perf_counter()
-    records = anyio.run(
-        lambda: evaluate(
-            questions,
-            model=args.model,
-            policy=args.policy,
-            budget=args.budget,
-            repairs=args.repairs,
+    try:
+        from pask_agent.integrations.sql import DEFAULT_CANDIDATES
+
+        policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+        try:
+            budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
+        except ValueError as exc:
+            raise ConfigError(f"--budgets must be comma-separated numbers: {exc}") from exc
+        k = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
+        if k < 1:
+            raise ConfigError(f"--candidates must be >= 1, got {k}")
+        configs = configurations(policies, budgets, k, not args.no_linking)
+        if not configs:
+            raise ConfigError("name at least one policy (and a budget for policies but full)")
+        questions = _load(args)
+        check_inputs(questions)
+        baseline = load_records(args.baseline) if args.baseline is not None else None
+        settings = {
+            "data": str(args.bird) if args.bird else f"sample:{args.split or 'all'}",
+            "model": args.model,
+            "questions": len(questions.questions),
+            "candidates": k,
+            "linking": not args.no_linking,
+            "repairs": args.repairs,
+        }
+        records = anyio.run(
+            lambda: evaluate(
+                questions,
+                configs,
+                model=args.model,
+                repairs=args.repairs,
+                on_config=lambda rs: write_results(args.out, rs, settings, baseline),
+            )
         )
-    )
-    path = write_results(records, settings, args.out, time.perf_counter() - start)
-    print(f"wrote {path}: {summarize(records)['overall']}")
+    except PaskError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for s in summarize(records):
+        print(f"{s['config']}: {s['overall']} mean B {s['mean_measured_b']}")
+    print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
     return 0
 
 

@@ -1,35 +1,234 @@
-"""SQL eval arithmetic: execution accuracy by group, repairs and measured budget in the files."""
+"""The SQL eval: scoring rules, the files it writes, bad input, and real runs on SmolLM2.
+
+Bad input must stop the command before the model loads with a typed error and leave every file
+as it was; the real runs (a BIRD-format folder built here, and the sample set) check the files
+and that no database changed by a single byte.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from pask_agent.eval.sql_eval import SqlRecord, summarize, write_results
+from pask_agent.errors import ConfigError, DDLError
+from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet, load_sample_questions
+from pask_agent.eval.sql_eval import (
+    SqlRecord,
+    check_inputs,
+    gold_orders,
+    k_curve,
+    main,
+    results_match,
+    summarize,
+    write_results,
+)
+from pask_agent.integrations.sql_db import QueryResult
+from pask_agent.package_data import sample_data_dir
 
 
-def record(i: int, db: str, difficulty: str, ok: bool, error: str | None, repairs: int, b: float):
-    return SqlRecord(
-        f"q{i}", db, difficulty, "question?", "SELECT 1", "SELECT 1", ok, error, 9, b, 1.0, repairs
-    )
-
-
-def test_summary_and_files(tmp_path: Path) -> None:
-    records = [
-        record(0, "shop", "simple", True, None, 0, 0.30),
-        record(1, "shop", "moderate", False, "SQLite error: no such column: x", 1, 0.36),
-        record(2, "school", "simple", True, None, 1, 0.33),
-        record(3, "school", "simple", False, None, 0, 0.33),
+def record(
+    i: int, difficulty: str, ok: bool, b: float, cands: list[tuple[str | None, bool]]
+) -> SqlRecord:
+    candidates = [
+        {"sql": "SELECT 1", "digest": d, "votes": 0, "error": None if d else "x", "correct": c}
+        for d, c in cands
     ]
-    s = summarize(records)
+    return SqlRecord(
+        "full k=3", "full", None, f"q{i}", "shop", difficulty, "question?", "SELECT 1",
+        "SELECT 1", ok, None, 9, b, b, 1.0, 0, candidates,
+    )  # fmt: skip
+
+
+def rows(*r: tuple) -> QueryResult:
+    return QueryResult(("a",), tuple(r), False, 0.0)
+
+
+def test_scoring_orders_only_when_the_gold_query_orders() -> None:
+    assert gold_orders("SELECT a FROM t ORDER BY a DESC LIMIT 3")
+    assert not gold_orders("SELECT a FROM t WHERE a IN (SELECT a FROM u ORDER BY a LIMIT 2)")
+    assert not gold_orders("SELECT COUNT(*) FROM t")
+    a, b = rows((1,), (2,)), rows((2,), (1,))
+    assert results_match(a, b, ordered=False) and not results_match(a, b, ordered=True)
+    assert results_match(rows((1 / 3,)), rows((0.33333333,)), ordered=True)
+    assert not results_match(rows((1,)), rows((1,), (2,)), ordered=False)
+
+
+def test_k_curve_revotes_the_first_k_candidates() -> None:
+    records = [
+        # greedy wrong, two samples agree on the right answer: right from k=3 on
+        record(0, "simple", True, 0.3, [("a", False), ("b", True), ("b", True)]),
+        # greedy failed: the first runner wins at k=2
+        record(1, "moderate", True, 0.3, [(None, False), ("c", True), ("d", False)]),
+        # greedy right, samples split: ties keep greedy
+        record(2, "challenging", True, 0.3, [("e", True), ("f", False), ("g", False)]),
+    ]
+    assert k_curve(records, [1, 2, 3]) == {1: round(1 / 3, 4), 2: round(2 / 3, 4), 3: 1.0}
+
+
+def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
+    records = [
+        record(0, "simple", True, 0.30, [("a", True)]),
+        record(1, "moderate", False, 0.36, [("b", False)]),
+        record(2, "challenging", True, 0.33, [("c", True)]),
+        record(3, "simple", False, 0.33, [(None, False)]),
+    ]
+    (s,) = summarize(records)
     assert s["overall"] == {"n": 4, "correct": 2, "accuracy": 0.5}
-    assert s["by_db"]["shop"]["correct"] == 1 and s["by_difficulty"]["simple"]["n"] == 3
-    assert (s["errors"], s["repaired"], s["repaired_correct"]) == (1, 1, 1)
-    assert s["mean_measured_b"] == pytest.approx(0.33) and s["max_measured_b"] == 0.36
-    path = write_results(records, {"policy": "pask", "budget": 0.33}, tmp_path, 60.0)
-    assert json.loads(path.read_text())["overall"]["correct"] == 2
-    md = (tmp_path / "sql_accuracy.md").read_text()
-    assert "**2/4 = 50.0%**" in md and "mean 0.33, max 0.36" in md
-    assert "| q1 | no | 1 | `SELECT 1` |" in md
+    assert s["by_difficulty"]["simple"]["n"] == 2 and s["max_measured_b"] == 0.36
+    assert s["mean_measured_b"] == pytest.approx(0.33)
+    baseline = [record(i, "simple", i == 0, 1.0, [("a", i == 0)]) for i in range(4)]
+    report = write_results(tmp_path, records, {"policy": "full"}, baseline)
+    lines = (tmp_path / "sql_eval.jsonl").read_text().splitlines()
+    assert [json.loads(x)["id"] for x in lines] == ["q0", "q1", "q2", "q3"]
+    md = (tmp_path / "sql_eval.md").read_text()
+    assert "| full k=3 | 50.0 | 0.0 | 100.0 | **50.0** (2/4) |" in md
+    assert "git_commit" in report and "command" in json.loads(
+        (tmp_path / "sql_eval.json").read_text()
+    )
+    (pair,) = report["paired_vs_baseline"]
+    assert (pair["only_a"], pair["only_b"], pair["difference"]) == (1, 0, 0.25)
+    assert (tmp_path / "sql_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- bad input: a typed error before the model loads, and no file changes ------------------
+def _bird(root: Path, questions: list[dict], db_file: Path | None) -> Path:
+    (root / "dev_databases" / "library").mkdir(parents=True)
+    if db_file is not None:
+        shutil.copyfile(db_file, root / "dev_databases" / "library" / "library.sqlite")
+    (root / "dev.json").write_text(json.dumps(questions))
+    return root
+
+
+def _snapshot(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+QUESTION = {
+    "question_id": 0,
+    "db_id": "library",
+    "question": "How many books are there?",
+    "evidence": "",
+    "SQL": "SELECT COUNT(*) FROM books",
+    "difficulty": "simple",
+}
+
+
+def _not_sqlite(path: Path) -> None:
+    path.write_text("not a database\n" * 40)
+
+
+def _no_tables(path: Path) -> None:
+    sqlite3.connect(path).close()
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_db", r"library\.sqlite is missing"),
+        ("not_sqlite", r"not a readable SQLite database"),
+        ("no_tables", r"has no tables"),
+        ("long_question", r"has 4\d{3} characters; each must have 1 to 4000"),
+        ("missing_dev_json", r"dev\.json not found"),
+        ("bad_budget", r"--budgets must be comma-separated numbers"),
+        ("unknown_policy", r"unknown policy 'nope'"),
+    ],
+)
+def test_bad_input_is_refused_and_changes_no_file(
+    tmp_path: Path, case: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "bird"
+    question = dict(QUESTION)
+    if case == "long_question":
+        question["question"] = "How many books? " * 260
+    db = None if case == "missing_db" else sample_data_dir() / "library.sqlite"
+    _bird(root, [question], db)
+    target = root / "dev_databases" / "library" / "library.sqlite"
+    if case == "not_sqlite":
+        _not_sqlite(target)
+    if case == "no_tables":
+        target.unlink()
+        _no_tables(target)
+    if case == "missing_dev_json":
+        (root / "dev.json").unlink()
+    argv = ["--bird", str(root), "--out", str(tmp_path / "out"), "--model", "smollm2-135m"]
+    argv += {"bad_budget": ["--policies", "pask", "--budgets", "a,b"]}.get(case, [])
+    argv += {"unknown_policy": ["--policies", "nope"]}.get(case, [])
+    before = _snapshot(tmp_path)
+    samples = _snapshot(sample_data_dir())
+    assert main(argv) == 2
+    assert re_search(message, capsys.readouterr().err)
+    assert _snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+    assert _snapshot(sample_data_dir()) == samples
+
+
+def re_search(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def test_check_inputs_raises_typed_errors(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.sqlite"
+    _not_sqlite(fake)
+    q = SqlQuestion("x", "fake", "How many?", "SELECT 1", "simple", "dev")
+    with pytest.raises(DDLError, match="not a readable SQLite database"):
+        check_inputs(SqlQuestionSet((q,), (("fake", fake),)))
+    with pytest.raises(ConfigError, match="missing"):
+        check_inputs(SqlQuestionSet((q,), (("fake", tmp_path / "gone.sqlite"),)))
+    with pytest.raises(ConfigError, match="no questions"):
+        check_inputs(SqlQuestionSet((), ()))
+
+
+# -- real runs on SmolLM2 ------------------------------------------------------------------
+def test_bird_folder_runs_end_to_end_and_changes_no_database(tmp_path: Path) -> None:
+    root = _bird(
+        tmp_path / "bird",
+        [
+            QUESTION,
+            {
+                **QUESTION,
+                "question_id": 1,
+                "question": "Which authors are from Japan?",
+                "evidence": "Japan refers to country = 'Japan'",
+                "SQL": "SELECT name FROM authors WHERE country = 'Japan'",
+                "difficulty": "moderate",
+            },
+        ],
+        sample_data_dir() / "library.sqlite",
+    )
+    before = _snapshot(root)
+    out = tmp_path / "out"
+    argv = ["--bird", str(root), "--model", "smollm2-135m", "--candidates", "2", "--out", str(out)]
+    argv += ["--policies", "full,streaming", "--budgets", "0.5"]
+    assert main(argv) == 0
+    assert _snapshot(root) == before
+    records = [json.loads(x) for x in (out / "sql_eval.jsonl").read_text().splitlines()]
+    assert [(r["policy"], r["id"]) for r in records] == [
+        ("full", "0"), ("full", "1"), ("streaming", "0"), ("streaming", "1"),
+    ]  # fmt: skip
+    assert all(len(r["candidates"]) == 2 for r in records)
+    assert records[1]["question"] == "Which authors are from Japan?"
+    report = json.loads((out / "sql_eval.json").read_text())
+    assert [c["config"] for c in report["configs"]] == ["full k=2", "streaming@0.5 k=2"]
+    assert report["settings"]["data"] == str(root) and report["git_commit"] != "unknown"
+    assert (out / "sql_eval.png").is_file() and "| full k=2 |" in (out / "sql_eval.md").read_text()
+
+
+def test_sample_benchmark_leaves_every_database_unchanged(tmp_path: Path) -> None:
+    databases = {db: path for db, path in load_sample_questions().databases}
+    assert set(databases) == {"shop", "school", "library", "flights"}
+    before = {db: hashlib.sha256(p.read_bytes()).hexdigest() for db, p in databases.items()}
+    argv = ["--split", "dev", "--limit", "2", "--model", "smollm2-135m", "--candidates", "2"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    after = {db: hashlib.sha256(p.read_bytes()).hexdigest() for db, p in databases.items()}
+    assert after == before
+    assert len((tmp_path / "out" / "sql_eval.jsonl").read_text().splitlines()) == 2
