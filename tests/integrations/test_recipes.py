@@ -24,13 +24,28 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-def test_langchain_agent_recipe() -> None:
+def test_langchain_agent_recipe_reuses_kv_and_keeps_the_budget_across_turns() -> None:
+    """Issue 13 item 2: ``create_agent`` + checkpointer, 3 turns of one thread, PASK at 0.5."""
     recipe = _load("langchain_agent")
-    history = recipe.run_agent("How many days are there from 2024-01-15 to 2024-03-01?")
-    tool_results = [m for m in history if isinstance(m, ToolMessage)]
-    assert [m.content for m in tool_results] == ["46"]
-    assert isinstance(history[-1], AIMessage) and not history[-1].tool_calls
-    assert history[-1].text.strip()
+    budget = 0.5
+    agent, saver = recipe.build_agent(policy="pask", budget=budget)
+    turns = recipe.run_turns(agent, thread_id="test-recipe")
+    assert len(turns) == 3
+    replies = [[m for m in turn if isinstance(m, AIMessage)] for turn in turns]
+    for turn in replies:
+        assert turn and not turn[-1].tool_calls and turn[-1].text.strip()
+    # Turns 2 and 3 continue the thread's conversation: their first step reads the earlier
+    # turns from the cache instead of prefilling them again.
+    for turn in replies[1:]:
+        assert turn[0].usage_metadata["input_token_details"]["cache_read"] > 0
+    # One ledger spans the thread: every step's measured B (whole sequence) stays in budget.
+    measured = [m.response_metadata["kv"]["measured_b"] for turn in replies for m in turn]
+    assert max(measured) <= budget + 1e-3, measured
+    results = {m.name: m.content for turn in turns for m in turn if isinstance(m, ToolMessage)}
+    assert len(results) >= 2  # a multi-tool task: at least two different tools ran
+    expected = {"days_between": "46", "celsius_to_fahrenheit": "70.7", "word_count": "9"}
+    assert all(expected[name] == value for name, value in results.items()), results
+    saver.delete_thread("test-recipe")
 
 
 def test_structured_async_recipe() -> None:
