@@ -54,6 +54,7 @@ CASES = {
     "interleaved_positions_b2": Case((17, 4), (10, 6), (12, 3), 6, 2, 64, interleaved=True),
     "strided_q_b3": Case((2, 1, 3), (4, 0, 5), (3, 8, 0), 6, 2, 64, strided_q=True),
     "seq_without_queries_b3": Case((3, 0, 1), (2, 5, 0), (4, 3, 6), 6, 2, 64),
+    "decode_b4_ragged_empty_pools": Case((1, 1, 1, 1), (0, 0, 9, 3), (0, 5, 0, 40), 6, 2, 64),
 }
 
 
