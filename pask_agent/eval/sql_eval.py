@@ -5,6 +5,7 @@
         --budgets 0.33,0.5 --out results/sql_test
     python -m pask_agent.eval.sql_eval --split test --candidates 1 --no-linking  # old assistant
     python -m pask_agent.eval.sql_eval --bird PATH --limit 50            # a BIRD dev folder
+    python -m pask_agent.eval.sql_eval --records A.jsonl --baseline B.jsonl --out DIR  # paired
 
 A question counts as correct when the chosen query's rows equal the gold query's rows: as sets
 (BIRD's rule, duplicates ignored) unless the gold query orders its result (a top-level
@@ -292,15 +293,24 @@ def paired_against(
     return [(name, compare_paired(hits, base)) for name, hits in by_config.items()]
 
 
-def load_records(path: Path) -> list[SqlRecord]:
-    """Records of an earlier run's JSONL (its first configuration when it holds several)."""
+def load_records(path: Path, *, first_config: bool = True) -> list[SqlRecord]:
+    """Records of an earlier run's JSONL (only its first configuration when asked).
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, empty, or not records written by this command.
+    """
     if not path.is_file():
         raise ConfigError(f"{path} not found; pass a sql_eval.jsonl written by this command")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not rows:
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = [SqlRecord(**row) for row in rows]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path} is not a sql_eval.jsonl of this command ({exc})") from exc
+    if not records:
         raise ConfigError(f"{path} holds no records")
-    first = rows[0]["config"]
-    return [SqlRecord(**row) for row in rows if row["config"] == first]
+    return [r for r in records if r.config == records[0].config] if first_config else records
 
 
 def write_results(
@@ -398,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-linking", action="store_true", help="the plain DDL prompt")
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument("--baseline", type=Path, default=None, help="a run to pair against")
+    parser.add_argument(
+        "--records", type=Path, default=None, help="report an earlier run's JSONL (no model)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
     try:
@@ -411,12 +424,18 @@ def main(argv: list[str] | None = None) -> int:
         k = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
         if k < 1:
             raise ConfigError(f"--candidates must be >= 1, got {k}")
+        baseline = load_records(args.baseline) if args.baseline is not None else None
+        if args.records is not None:  # re-report (paired against --baseline) without a model
+            records = load_records(args.records, first_config=False)
+            settings = {"records": str(args.records), "baseline": str(args.baseline)}
+            write_results(args.out, records, settings, baseline)
+            print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
+            return 0
         configs = configurations(policies, budgets, k, not args.no_linking)
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
         questions = _load(args)
         check_inputs(questions)
-        baseline = load_records(args.baseline) if args.baseline is not None else None
         settings = {
             "data": str(args.bird) if args.bird else f"sample:{args.split or 'all'}",
             "model": args.model,

@@ -232,3 +232,19 @@ def test_sample_benchmark_leaves_every_database_unchanged(tmp_path: Path) -> Non
     after = {db: hashlib.sha256(p.read_bytes()).hexdigest() for db, p in databases.items()}
     assert after == before
     assert len((tmp_path / "out" / "sql_eval.jsonl").read_text().splitlines()) == 2
+
+
+def test_records_mode_pairs_two_runs_without_a_model(tmp_path: Path) -> None:
+    run = [record(i, "simple", i < 3, 0.3, [("a", i < 3)]) for i in range(4)]
+    base = [record(i, "simple", i == 0, 1.0, [("a", i == 0)]) for i in range(4)]
+    write_results(tmp_path / "run", run, {})
+    write_results(tmp_path / "base", base, {})
+    argv = ["--records", str(tmp_path / "run" / "sql_eval.jsonl")]
+    argv += ["--baseline", str(tmp_path / "base" / "sql_eval.jsonl")]
+    assert main([*argv, "--out", str(tmp_path / "paired")]) == 0
+    report = json.loads((tmp_path / "paired" / "sql_eval.json").read_text())
+    (pair,) = report["paired_vs_baseline"]
+    assert (pair["n"], pair["only_a"], pair["only_b"], pair["difference"]) == (4, 2, 0, 0.5)
+    assert "Paired against the baseline run" in (tmp_path / "paired" / "sql_eval.md").read_text()
+    assert main(["--records", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
