@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
+from pask_agent.runtime.tokenizer_loading import open_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -323,9 +324,8 @@ def _resolve_bundled(spec: BundledModel, target: Path) -> Path:
 
 def load_tokenizer(name: str = "default") -> Any:
     """Load only the tokenizer (fast once the model is cached)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(resolve_model_dir(name))
+    folder = resolve_model_dir(name)
+    return open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
 
 
 def model_id_of(loaded: LoadedModel) -> str:
@@ -341,11 +341,11 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
     Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
     than bf16 ones (the KV store still keeps its high pool in bf16).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     folder = resolve_model_dir(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
+        tokenizer = open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
     except (OSError, ValueError) as exc:
         if ALIASES.get(name, name) in BUNDLED:
