@@ -11,8 +11,8 @@ Wall time depends on what else the machine runs, so each launch also records the
 own CPU seconds at the moment it became ready (from ``/proc``, Linux) and the load average:
 on a shared machine the CPU seconds are the number that carries over. To compare two
 commits under the same load, ``--checkout LABEL=DIR`` (repeatable) runs the server from
-other source trees (``git archive <commit> | tar -x -C DIR``), launches interleaved. Writes
-``results/serve_startup.{json,md}`` with the command, commit and machine.
+other source trees instead (``git archive <commit> | tar -x -C DIR``), launches
+interleaved. Writes ``results/serve_startup.{json,md}`` with the command, commit and machine.
 """
 
 from __future__ import annotations
@@ -141,10 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="LABEL=DIR",
-        help="also launch from this source tree (repeatable); 'this' is the running checkout",
+        help="launch from this source tree instead of the running checkout (repeatable)",
     )
     args = p.parse_args(argv)
-    sources: dict[str, Path | None] = {"this": None}
+    sources: dict[str, Path | None] = {} if args.checkout else {"this": None}
     for item in args.checkout:
         label, _, folder = item.partition("=")
         sources[label] = Path(folder).resolve()
