@@ -106,7 +106,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         f"- command: `{report['command']}`",
         f"- serve arguments: `{' '.join(report['serve_args'])}`",
         f"- git commit: `{report['git_commit']}`",
-        f"- machine: {report['machine']}",
+        f"- machine: {report['machine']}; the servers ran at niceness {report['niceness']} "
+        f"(other processes on the machine get the CPU first when it is positive)",
         "",
         "| source | launch | wall s | process CPU s | load avg (1 min) before |",
         "| --- | ---: | ---: | ---: | ---: |",
@@ -174,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         **provenance(),
         "serve_args": serve_args,
+        "niceness": os.nice(0),
         "sources": {label: str(src) if src else "this checkout" for label, src in sources.items()},
         "launches": launches,
         "summary": summary,
