@@ -31,6 +31,12 @@ __all__ = [
 LOW_BLOCK = 256
 """Low-pool keys dequantized at a time by the reference (bounds the fp32 scratch per step)."""
 
+HOIST_ROWS = 1 << 15
+"""While the step's pool rows (all sequences, both pools) number at most this, the reference
+gathers and dequantizes them with one call per pool, not one per sequence: a batch of B
+decoding sequences then costs B slices instead of B gathers and unpacks per layer (about
+33 MB of fp32 scratch at the bound for 2 KV heads of dim 64)."""
+
 
 class _OnlineSoftmax:
     """Running max / sum / weighted values of one sequence, per (KV head, query row)."""
@@ -88,7 +94,8 @@ def mixed_attention_ref(
     """Attention of B ragged sequences over high (bf16), low (INT4) and current K/V (reference).
 
     This is also the CPU production path: a Python loop over sequences and low-pool blocks,
-    batched matmuls over gathered rows everywhere else, fp32 throughout.
+    batched matmuls over gathered rows everywhere else, fp32 throughout. The gathers and the
+    INT4 unpacking run once for the whole batch (``HOIST_ROWS``); the loop only slices.
 
     Parameters
     ----------
@@ -133,6 +140,12 @@ def mixed_attention_ref(
         mass_high = torch.zeros((high.slots.shape[0], n_kvh), device=q.device)
         mass_low = torch.zeros((low.slots.shape[0], n_kvh), device=q.device)
         mass_cur = torch.zeros((n_tok, n_kvh), device=q.device)
+    cur_kf, cur_vf = cur_k.float(), cur_v.float()
+    hoist = high.slots.shape[0] + low.slots.shape[0] <= HOIST_ROWS
+    if hoist:  # [Mh, Hkv, D] and [Ml, Hkv, D] fp32, sequence b's rows at its offsets
+        all_hk, all_hv = high_k[high.slots].float(), high_v[high.slots].float()
+        all_lk = unpack_int4_unchecked(low_k_codes[low.slots], low_k_scales[low.slots], dim)
+        all_lv = unpack_int4_unchecked(low_v_codes[low.slots], low_v_scales[low.slots], dim)
 
     for b in range(len(q_off) - 1):
         t0, t1 = q_off[b], q_off[b + 1]
@@ -148,9 +161,13 @@ def mixed_attention_ref(
 
         # the high rows and the current chunk form one block: keys [Hkv, Nh + Tb, D]
         h0, h1 = h_off[b], h_off[b + 1]
-        idx = high.slots[h0:h1]
-        k = torch.cat((high_k[idx].float(), cur_k[t0:t1].float())).transpose(0, 1)
-        v = torch.cat((high_v[idx].float(), cur_v[t0:t1].float())).transpose(0, 1)
+        if hoist:
+            hk, hv = all_hk[h0:h1], all_hv[h0:h1]
+        else:
+            idx = high.slots[h0:h1]
+            hk, hv = high_k[idx].float(), high_v[idx].float()
+        k = torch.cat((hk, cur_kf[t0:t1])).transpose(0, 1)
+        v = torch.cat((hv, cur_vf[t0:t1])).transpose(0, 1)
         k_pos = torch.cat((high.positions[h0:h1], q_pos[t0:t1]))
         s = _scores(qg, rows_pos, k, k_pos, scale)
         state.add(s, v)
@@ -159,15 +176,19 @@ def mixed_attention_ref(
             kept.append((mass_cur, s[..., h1 - h0 :], t0))
 
         l0, l1 = l_off[b], l_off[b + 1]
-        if l1 > l0:
+        if l1 > l0 and not hoist:
             # gather the packed bytes once (cheap: D/2 bytes a row), dequantize block by block
             idx = low.slots[l0:l1]
             k_codes, k_scales = low_k_codes[idx], low_k_scales[idx]
             v_codes, v_scales = low_v_codes[idx], low_v_scales[idx]
         for s0 in range(0, l1 - l0, LOW_BLOCK):
             s1 = min(s0 + LOW_BLOCK, l1 - l0)
-            k = unpack_int4_unchecked(k_codes[s0:s1], k_scales[s0:s1], dim).transpose(0, 1)
-            v = unpack_int4_unchecked(v_codes[s0:s1], v_scales[s0:s1], dim).transpose(0, 1)
+            if hoist:
+                k = all_lk[l0 + s0 : l0 + s1].transpose(0, 1)
+                v = all_lv[l0 + s0 : l0 + s1].transpose(0, 1)
+            else:
+                k = unpack_int4_unchecked(k_codes[s0:s1], k_scales[s0:s1], dim).transpose(0, 1)
+                v = unpack_int4_unchecked(v_codes[s0:s1], v_scales[s0:s1], dim).transpose(0, 1)
             s = _scores(qg, rows_pos, k, low.positions[l0 + s0 : l0 + s1], scale)
             state.add(s, v)
             if return_key_scores:
