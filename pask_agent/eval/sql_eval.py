@@ -190,10 +190,11 @@ async def evaluate(
     model: Any = "default",
     repairs: int = 0,
     log: Callable[[str], None] = print,
-    on_config: Callable[[list[SqlRecord]], None] | None = None,
+    on_record: Callable[[list[SqlRecord]], None] | None = None,
 ) -> list[SqlRecord]:
     """Ask every question under every configuration (one assistant per database and prompt
-    style) and score it; ``on_config`` sees all records so far after each configuration."""
+    style) and score it; ``on_record`` sees all records so far after each question, so a run
+    cut short still leaves its files."""
     from pask_agent.policy.registry import get_policy
     from pask_agent.runtime.runtime import Runtime
 
@@ -224,8 +225,8 @@ async def evaluate(
                     records.append(record)
                     mark = "ok " if record.correct else "BAD"
                     log(f"[{cfg.name}] {q.id}: {mark} B={record.measured_b:.3f} {answer.sql}")
-                if on_config is not None:
-                    on_config(records)
+                    if on_record is not None:
+                        on_record(records)
         finally:
             for assistant in assistants.values():
                 assistant.close()
@@ -391,7 +392,21 @@ def _load(args: argparse.Namespace) -> SqlQuestionSet:
     questions = load_sample_questions(split=args.split)
     if args.limit is not None:
         questions = SqlQuestionSet(questions.questions[: args.limit], questions.databases)
+    if args.shard is not None:
+        index, count = _shard(args.shard)
+        picked = questions.questions[index::count]
+        questions = SqlQuestionSet(picked, questions.databases)
     return questions
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError as exc:
+        raise ConfigError(f"--shard must look like 0/2, got {text!r}") from exc
+    if not 0 <= index < count:
+        raise ConfigError(f"--shard {text}: need 0 <= I < N")
+    return index, count
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,8 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument("--baseline", type=Path, default=None, help="a run to pair against")
     parser.add_argument(
-        "--records", type=Path, default=None, help="report an earlier run's JSONL (no model)"
+        "--records", default=None, help="report earlier runs' JSONL files, comma-separated"
     )
+    parser.add_argument("--shard", default=None, help="I/N: every N-th question from the I-th")
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
     try:
@@ -425,9 +441,13 @@ def main(argv: list[str] | None = None) -> int:
         if k < 1:
             raise ConfigError(f"--candidates must be >= 1, got {k}")
         baseline = load_records(args.baseline) if args.baseline is not None else None
-        if args.records is not None:  # re-report (paired against --baseline) without a model
-            records = load_records(args.records, first_config=False)
-            settings = {"records": str(args.records), "baseline": str(args.baseline)}
+        if args.records is not None:  # re-report (shards merged, paired) without a model
+            records = [
+                r
+                for part in args.records.split(",")
+                for r in load_records(Path(part.strip()), first_config=False)
+            ]
+            settings = {"records": args.records, "baseline": str(args.baseline)}
             write_results(args.out, records, settings, baseline)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
             return 0
@@ -450,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                 configs,
                 model=args.model,
                 repairs=args.repairs,
-                on_config=lambda rs: write_results(args.out, rs, settings, baseline),
+                on_record=lambda rs: write_results(args.out, rs, settings, baseline),
             )
         )
     except PaskError as exc:

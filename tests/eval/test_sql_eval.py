@@ -248,3 +248,25 @@ def test_records_mode_pairs_two_runs_without_a_model(tmp_path: Path) -> None:
     assert "Paired against the baseline run" in (tmp_path / "paired" / "sql_eval.md").read_text()
     assert main(["--records", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
+
+
+def test_shards_split_the_questions_and_merge_back(tmp_path: Path) -> None:
+    from argparse import Namespace
+
+    from pask_agent.eval.sql_eval import _load
+
+    def ids(shard: str | None) -> list[str]:
+        args = Namespace(bird=None, split="test", limit=None, shard=shard)
+        return [q.id for q in _load(args).questions]
+
+    everything, first, second = ids(None), ids("0/2"), ids("1/2")
+    assert sorted(first + second) == sorted(everything) and not set(first) & set(second)
+    with pytest.raises(ConfigError, match="--shard"):
+        ids("2/2")
+    halves = [[r for r in [record(i, "simple", i % 2 == 0, 0.3, [("a", True)])]] for i in (0, 1)]
+    for i, half in enumerate(halves):
+        write_results(tmp_path / f"s{i}", half, {})
+    parts = ",".join(str(tmp_path / f"s{i}" / "sql_eval.jsonl") for i in (0, 1))
+    assert main(["--records", parts, "--out", str(tmp_path / "merged")]) == 0
+    (s,) = json.loads((tmp_path / "merged" / "sql_eval.json").read_text())["configs"]
+    assert s["overall"] == {"n": 2, "correct": 1, "accuracy": 0.5}
