@@ -212,8 +212,8 @@ class RuntimeHost:
     def end_thread(self, thread_id: str) -> list[str]:
         """End every conversation of ``thread_id`` now (from any thread); the ids ended.
 
-        A turn of that thread still running keeps its conversation until it ends; the next
-        sweep after that lets it go, since the thread then has no lease.
+        A turn of that thread still running keeps its conversation until it ends; its lease is
+        marked expired, so the first sweep after the turn lets it go.
         """
         if self._portal is None or self._runtime is None:
             return []  # never started: nothing holds KV
@@ -245,7 +245,7 @@ class RuntimeHost:
             rt.end_conversation(conversation_id)
         except ConfigError:
             return False  # a cancelled turn still holds it until the engine's next step
-        del self._leases[conversation_id]
+        self._leases.pop(conversation_id, None)  # a sweep may end it while end_thread waits
         return True
 
     async def _thread_exists(self, lease: ConversationLease) -> bool:
