@@ -321,9 +321,12 @@ class SQLiteAssistant:
         async def run(i: int) -> None:
             outcomes[i] = await self._candidate(i, messages, policy, budget)
 
-        async with anyio.create_task_group() as tg:  # submitted together: one decode batch
-            for i in range(k):
-                tg.start_soon(run, i)
+        try:
+            async with anyio.create_task_group() as tg:  # submitted together: one decode batch
+                for i in range(k):
+                    tg.start_soon(run, i)
+        except BaseExceptionGroup as group:  # a request's own typed error, not a group of them
+            raise group.exceptions[0] from group
         digests = [c.digest for c, _ in outcomes]
         votes, best = tally(digests)
         chosen = [replace(c, votes=v) for (c, _), v in zip(outcomes, votes, strict=True)]

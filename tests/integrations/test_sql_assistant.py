@@ -143,8 +143,9 @@ def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) 
     question = "What is the total revenue (quantity times unit price) of delivered orders?"
 
     async def ask_twice() -> tuple:
-        plain = SQLiteAssistant(shop_copy, candidates=1)
-        repairing = SQLiteAssistant(shop_copy, repairs=1, candidates=1)
+        # greedy on the plain DDL prompt: the query this test is about
+        plain = SQLiteAssistant(shop_copy, candidates=1, linking=False)
+        repairing = SQLiteAssistant(shop_copy, repairs=1, candidates=1, linking=False)
         return await plain.ask(question), await repairing.ask(question)
 
     first, repaired = asyncio.run(ask_twice())

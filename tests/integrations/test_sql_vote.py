@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
-from pask_agent.errors import ConfigError
-from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SQLiteAssistant
+from pask_agent.errors import ConfigError, RequestTooLargeError
+from pask_agent.integrations.sql import DEFAULT_CANDIDATES, MAX_QUESTION_CHARS, SQLiteAssistant
 from pask_agent.integrations.sql_db import QueryResult
 from pask_agent.integrations.sql_vote import result_digest, tally
 from pask_agent.package_data import sample_data_dir
@@ -59,6 +59,23 @@ def test_bad_arguments_are_refused_before_any_model(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="candidates"):
         anyio.run(lambda: assistant.ask("How many customers?", candidates=0))
     assistant.close()
+
+
+def test_a_refused_request_raises_its_own_typed_error_not_a_group(smollm2: Any) -> None:
+    """Every candidate's request is refused (past the context): ``ask`` raises the runtime's
+    ``RequestTooLargeError`` as such, so callers catch what the runtime documents."""
+    shop = sample_data_dir() / "shop.sqlite"
+
+    async def main() -> None:
+        async with Runtime.open(smollm2) as rt:
+            assistant = SQLiteAssistant(shop, runtime=rt, candidates=3, max_new_tokens=10**6)
+            try:
+                await assistant.ask("How many customers are there?")
+            finally:
+                assistant.close()
+
+    with pytest.raises(RequestTooLargeError):
+        anyio.run(main)
 
 
 QUESTIONS = [
@@ -114,3 +131,36 @@ def voting_rows(sql: str) -> tuple[tuple[Any, ...], ...]:
         return db.query(sql).rows
     finally:
         db.close()
+
+
+@pytest.mark.slow
+def test_default_model_votes_over_linked_prompts_and_answers_right(default_model: Any) -> None:
+    """The bundled model with its defaults (k candidates, linked prompt with values): the
+    answers equal the gold rows, the winner holds the most votes, and every candidate that
+    ran was read-only SQL over the database."""
+    cases = [
+        ("shop", "How many customers live in Germany?",
+         "SELECT COUNT(*) FROM customers WHERE country = 'Germany'"),
+        ("library", "List the titles of the books written by Agatha Christie.",
+         "SELECT T1.title FROM books AS T1 INNER JOIN authors AS T2 ON T1.author_id = "
+         "T2.author_id WHERE T2.name = 'Agatha Christie'"),
+    ]  # fmt: skip
+
+    async def main() -> list[tuple[Any, Any]]:
+        async with Runtime.open(default_model) as rt:
+            out = []
+            for db, question, gold in cases:
+                assistant = SQLiteAssistant(sample_data_dir() / f"{db}.sqlite", runtime=rt)
+                try:
+                    out.append((await assistant.ask(question), assistant.run_sql(gold)))
+                finally:
+                    assistant.close()
+            return out
+
+    for answer, gold in anyio.run(main):
+        assert answer.error is None and set(answer.rows) == set(gold.rows), answer.sql
+        assert len(answer.candidates) == DEFAULT_CANDIDATES
+        winner = max(c.votes for c in answer.candidates)
+        assert [c for c in answer.candidates if c.sql == answer.sql][0].votes == winner
+        assert all(c.sql.upper().startswith("SELECT") for c in answer.candidates)
+        assert answer.usage.candidates == DEFAULT_CANDIDATES and answer.usage.seconds > 0
