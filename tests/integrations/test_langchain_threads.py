@@ -147,3 +147,26 @@ def _quiet_threads() -> Any:
     host = _host()
     for thread in set(host.leased_conversations().values()) - {None}:
         host.end_thread(thread)
+
+
+def test_end_thread_during_a_turn_releases_the_conversation_when_the_turn_ends() -> None:
+    model = _model()
+    agent = create_agent(model, [], checkpointer=InMemorySaver())
+    thread = _thread()
+    agent.invoke({"messages": [{"role": "user", "content": "Say hi."}]}, _config(thread))
+    key = thread_key(MODEL, model.policy, model.budget, thread)
+    host, rt = _host(), _host().runtime()
+
+    async def claim(_: Any) -> bool:  # what a turn of this thread does when it starts
+        return host.claim_conversation(key)
+
+    async def release(_: Any) -> None:  # ... and when it ends
+        host.release_conversation(key)
+
+    assert host.call(claim)
+    assert model.end_thread(thread) == []  # a turn holds it: not ended under it
+    time.sleep(3 * SWEEP_EVERY_S)
+    assert key in rt.conversation_ids  # sweeps leave a running turn's conversation alone
+    host.call(release)
+    assert _wait_until(lambda: key not in rt.conversation_ids, timeout_s=10 * SWEEP_EVERY_S)
+    assert key not in host.leased_conversations()
