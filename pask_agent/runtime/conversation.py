@@ -71,5 +71,3 @@ class Conversation:
     @property
     def tokens_in_store(self) -> int:
         return len(self._state.ids_in_store) if self._state else 0
-
-

@@ -367,6 +367,7 @@ class Engine:
             ttft_s=first - r.submitted,
             tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
             tag_counts=dict(r.tag_counts),
+            allocated_kv_bytes=self.store.allocated_bytes(),
             step_logits=tuple(r.step_logits) if r.keep_logits else None,
         )
         self._release(r, drop_sequence=not r.keep_sequence)

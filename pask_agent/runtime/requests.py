@@ -96,6 +96,7 @@ class Finished:
     ttft_s: float
     tpot_s: float
     tag_counts: dict[str, int] = field(default_factory=dict)
+    allocated_kv_bytes: int = 0  # the store's pool tensors when the request ended
     # [V] fp32 logits of each sampled token before any mask, when the request kept them
     step_logits: tuple[torch.Tensor, ...] | None = None
 

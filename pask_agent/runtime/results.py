@@ -13,6 +13,9 @@ class Usage:
     ``kv_bytes`` is the live payload (high + low + scales) at the end of the request and
     ``measured_b`` its ratio to Full-KV bytes for the same tokens; ``peak_kv_bytes`` is the
     request's peak payload. ``ttft_s`` runs from submission to the first new token.
+    ``allocated_kv_bytes`` is what the store's pools take when the request ends (every
+    sequence's rows and the free slots): the memory the server pays, next to what this request
+    holds, so a saving in ``kv_bytes`` can be checked against it.
     """
 
     prompt_tokens: int
@@ -27,6 +30,7 @@ class Usage:
     # Generated tokens per structural bucket (the tag's key), "untagged" for free text, and
     # "tagger_fallback" for tokens the tagger could not place (should never happen).
     tag_counts: dict[str, int] = field(default_factory=dict)
+    allocated_kv_bytes: int = 0
 
     @property
     def tagger_fallbacks(self) -> int:

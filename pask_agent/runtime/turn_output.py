@@ -66,7 +66,7 @@ def chat_result(f: Finished, spec: OutputSpec) -> ChatResult:
         ttft_s=f.ttft_s,
         tpot_s=f.tpot_s,
         tag_counts=dict(f.tag_counts),
+        allocated_kv_bytes=f.allocated_kv_bytes,
     )
     reason = "tool_calls" if calls else f.reason
     return ChatResult(f.text, calls, usage, reason, f.token_ids)
-

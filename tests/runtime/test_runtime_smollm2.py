@@ -86,6 +86,9 @@ def test_conversation_second_turn_prefills_only_new_tokens(smollm2) -> None:
             messages = _msgs("Name a fruit.")
             first = await rt.chat(messages, max_new_tokens=12, conversation=conv)
             assert first.usage.prefilled_tokens == first.usage.prompt_tokens
+            # the pools' own size is reported next to what the turn holds
+            allocated = rt.engine.store.allocated_bytes()
+            assert first.usage.allocated_kv_bytes == allocated >= first.usage.kv_bytes > 0
             in_store = conv.tokens_in_store
             messages = [
                 *messages,
