@@ -1,7 +1,11 @@
-"""A hand-written PASK table for the default model, so PASK runs before calibration exists.
+"""The hand-written PASK table: the prior calibration starts from, and a documented fixture.
 
-The choices follow the paper's intuition rather than measurements (``source: "hand-written"``;
-calibration replaces the file with a measured table):
+PASK served this table before calibration existed. The shipped default is now the calibrated
+table (``calibration_data/policies/default.json``, written by ``pask-agent calibrate``); this
+one stays at ``calibration_data/policies/default.hand-written.json`` as the baseline policy
+``pask_hand`` and for tests, and calibration keeps its entries for buckets it has no traces
+for (the SQL family). The choices follow the paper's intuition rather than measurements
+(``source: "hand-written"``):
 
 - decode: tokens that choose *what* is called — dispatch keys, required arguments, tokens in a
   critical parser state and tokens right before a critical one (``lookahead_critical``) — get an
@@ -22,7 +26,7 @@ calibration replaces the file with a measured table):
   groups slightly above upper ones); the reserve assumes runs of 3/2/1 fully protected tokens
   after critical/boundary/stable states: ``Γ(s; B_D) = k_s · (1 − B_D)`` in units of ``C_full``.
 
-Regenerate the committed file with ``python -m pask_agent.policy.default_table``.
+Regenerate the committed fixture with ``python -m pask_agent.policy.default_table``.
 """
 
 from __future__ import annotations
@@ -44,8 +48,10 @@ DEFAULT_MODEL_ID = "Qwen2.5-Coder-0.5B-Instruct"
 # sha256 of tokenizer.json in the converted cache folder of the bundled default model
 # (`tokenizer_hash(resolve_model_dir("default"))`; a slow test re-checks it).
 DEFAULT_TOKENIZER_SHA256 = "870929f6937e07fc88e0bc62333a39c5fe97bcbea944ea9d3a6ffcf760ef360d"
-# calibration_data/policies/default.json, in a checkout and in a wheel (package data)
+# calibration_data/policies/default.json, in a checkout and in a wheel (package data): the
+# calibrated table PASK serves by default; and the hand-written fixture next to it.
 DEFAULT_TABLE_PATH = policy_table_path("default")
+HAND_WRITTEN_TABLE_PATH = policy_table_path("default.hand-written")
 
 _GROUP_WEIGHT = (1.0, 0.9, 0.8)
 _CLASS_WEIGHT = {"schema_bearing": 1.0, "free_generation": 0.6, "pure_scaffold": 0.2}
@@ -201,5 +207,5 @@ def build_default_table(
 
 
 if __name__ == "__main__":
-    build_default_table().save(DEFAULT_TABLE_PATH)
-    print(f"wrote {DEFAULT_TABLE_PATH}")
+    build_default_table().save(HAND_WRITTEN_TABLE_PATH)
+    print(f"wrote {HAND_WRITTEN_TABLE_PATH}")

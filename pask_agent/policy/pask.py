@@ -1,39 +1,36 @@
 """``pask``: the frozen table's prefill plan for prompt spans and the online decode controller
-for generated tokens (paper §3.5, §3.6), held to the target *total* budget.
+for generated tokens (paper §3.5, §3.6), held to the target *total* budget ``B`` by planning.
 
-The two stage budgets are both set to the target ``B`` (``B_P = B_D = B``). Two things make the
-measured total exceed the stage plans: the store keeps sinks and the recent window high whatever
-was scheduled for them, and decode floors can leave ledger debt (App. B.6). The prompt's sinks
-and last ``window`` tokens are therefore planned ``H`` (inside ``T_P``, so the guard never
-over-demotes for a window that is about to move on), and after each step a
-budget guard (``revise``) checks each layer group's live bytes against ``B ×`` its Full-KV bytes
-and, when over, demotes settled *prompt* tokens one adjacent step at a time (H→L, L→R), lowest
-prefill priority first, never below their floors; what floors alone cannot absorb stays over
-(and is visible in the measured ``B``).
+The table carries calibrated stage budgets: ``B_D`` for answers (the cheapest decode candidate
+within ``α_D``) and the ``B_P`` it was selected with. A request asks for a total ``B``. Decoding
+runs at ``max(B_D, B)`` — never below what calibration found safe — and the prompt plan gets
+what is left: ``B_P`` is solved per request from ``B``, ``B_D``, the prompt length and the
+answer length the table expects (``planner.solve_prompt_budget``), so prompt + answer meet
+``B`` on a typical answer. There is no after-the-fact guard: the plan, the ledger and the
+reserve are the whole mechanism. What floors force beyond the plan stays visible in the
+measured ``B`` (and in the plan's ``floor_excess_bytes``).
+
+A table without ``expected_output_tokens`` (the hand-written one) plans the prompt at ``B``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import (
-    Actions,
-    DecodeDemand,
-    Demotion,
-    Policy,
-    PolicyEnv,
-    RetentionView,
-)
+from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.default_table import DEFAULT_TABLE_PATH
-from pask_agent.policy.planner import PrefillPlanner
+from pask_agent.policy.default_table import DEFAULT_TABLE_PATH, HAND_WRITTEN_TABLE_PATH
+from pask_agent.policy.ledger import as_fraction
+from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import NUM_GROUPS, PolicyTable
 
@@ -61,23 +58,33 @@ class LabelRules:
 
 @dataclass
 class PaskSession:
+    """One request's (or conversation's) PASK state: the decode controller and the planner.
+
+    ``budget`` is the target total ``B``; ``budget_decode`` the controller's ``B_D``;
+    ``expected_answer`` the answer length the prompt's share is planned for (None: plan the
+    prompt at ``B`` itself).
+    """
+
     controller: DecodeController
     planner: PrefillPlanner
-    costs: PayloadCosts | None = None  # None: no budget guard
-    budget: float = 1.0
-    rules: LabelRules | None = None
+    budget: Fraction = Fraction(1)
+    budget_decode: Fraction = Fraction(1)
+    expected_answer: float | None = None
     sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
     window: int = 0
-    _labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    _prompt_start: int = -1  # -1 until the prompt of the last plan is fully processed
+    last_prompt_budget: float = field(default=1.0, init=False)
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         n = len(labels)
         protected = [i < self.sinks or i >= n - self.window for i in range(n)]
-        plan = self.planner.plan(labels, protected=protected)
-        index = {label: i for i, label in enumerate(SPAN_LABELS)}
-        self._labels = np.array([index[x] for x in labels], np.int64)
-        self._prompt_start = -1
+        b_p = float(self.budget)
+        if self.expected_answer is not None and self.budget < 1:
+            b_p = solve_prompt_budget(
+                float(self.budget), float(self.budget_decode), n, self.expected_answer,
+                self.window,
+            )  # fmt: skip
+        self.last_prompt_budget = b_p
+        plan = self.planner.plan(labels, protected=protected, budget=b_p)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
@@ -92,52 +99,14 @@ class PaskSession:
             max([reserve.pooled, *reserve.by_state.values()]),
         )
 
-    def revise(self, view: RetentionView) -> list[Demotion]:
-        """The budget guard: while the sequence's live bytes exceed ``B`` × its Full-KV bytes,
-        demote settled prompt tokens one step (H→L, L→R), lowest priority first, above floors.
 
-        The check is over all layer groups together: the planner and controller may spend
-        more in one group than another, so only the total is held to ``B``.
-        """
-        if self.costs is None or self.rules is None or self.budget >= 1 or not view.prefill_done:
-            return []
-        if self._prompt_start < 0:
-            self._prompt_start = view.length - len(self._labels)
-        costs = self.costs
-        protected = min(view.sinks, view.length) + view.length - max(view.settled, view.sinks)
-        live = sum(
-            (protected + len(view.high[g])) * costs.cost(Action.H, g)
-            + len(view.low[g]) * costs.cost(Action.L, g)
-            for g in range(NUM_GROUPS)
-        )
-        excess = live - math.floor(self.budget * view.length * costs.full_bytes_per_token)
-        if excess <= 0:
-            return []
-        moves = self._moves(view)
-        moves.sort(key=lambda m: (m[0], -m[1], m[2]))
-        chosen: dict[tuple[int, int], list[int]] = {}
-        for _, p, g, a in moves:
-            if excess <= 0:
-                break
-            chosen.setdefault((g, a), []).append(p)
-            excess -= costs.cost(Action(a), g) - costs.cost(Action(a - 1), g)
-        return [Demotion(g, tuple(ps), Action(a - 1)) for (g, a), ps in sorted(chosen.items())]
-
-    def _moves(self, view: RetentionView) -> list[tuple[float, int, int, int]]:
-        """``(priority lost, position, group, current action)`` of every allowed demotion."""
-        rules = self.rules
-        start, n = self._prompt_start, len(self._labels)
-        moves: list[tuple[float, int, int, int]] = []
-        for g in range(NUM_GROUPS):
-            for held, action in ((view.high[g], Action.H), (view.low[g], Action.L)):
-                pos = held[(held >= start) & (held < start + n)]
-                lab = self._labels[pos - start]
-                ok = rules.floor[lab, g] < action  # type: ignore[union-attr]
-                lost = rules.priority[lab[ok], g, int(action) - 1]  # type: ignore[union-attr]
-                moves += [
-                    (float(s), int(p), g, int(action)) for s, p in zip(lost, pos[ok], strict=True)
-                ]
-        return moves
+def stage_budgets(table: PolicyTable, budget: float | None) -> tuple[Fraction, Fraction]:
+    """``(B, B_D)`` for a request: the asked total (the table's own when None) and the decode
+    budget ``max(table B_D, B)``."""
+    if budget is None:
+        budget = table.budget_total if table.budget_total is not None else table.budget_prefill
+    total = as_fraction(budget, name="budget")
+    return total, max(as_fraction(table.budget_decode, name="budget_decode"), total)
 
 
 @register_policy("pask")
@@ -149,21 +118,18 @@ class PaskPolicy(Policy):
     ----------
     table:
         The frozen table; the shipped default when None.
-    guard:
-        Hold the measured total to the target ``B`` with the budget guard (see module doc).
     allow_transfer:
         Use the table on a model or tokenizer other than the one it was calibrated for (paper
         §4.5); by default that is a ``PolicyTableError``.
     """
 
     table: PolicyTable | None = None
-    guard: bool = True
     allow_transfer: bool = False
     _lookup: dict = field(default_factory=dict, compare=False, repr=False)
     name = "pask"
     needs_tags = True
     needs_labels = True
-    revises = True
+    default_table_path: ClassVar[Path] = DEFAULT_TABLE_PATH
 
     def resolved_table(self, env: PolicyEnv | None = None) -> PolicyTable:
         """The table, checked against ``env``'s model and tokenizer when it names them.
@@ -175,7 +141,7 @@ class PaskPolicy(Policy):
             off), or the shipped table file is unreadable or corrupt.
         """
         if "table" not in self._lookup:
-            self._lookup["table"] = self.table or PolicyTable.read(DEFAULT_TABLE_PATH)
+            self._lookup["table"] = self.table or PolicyTable.read(self.default_table_path)
         table: PolicyTable = self._lookup["table"]
         if env is not None and env.tokenizer_hash is not None and not self.allow_transfer:
             key = ("checked", env.model_id, env.tokenizer_hash)
@@ -190,13 +156,23 @@ class PaskPolicy(Policy):
         table = self.resolved_table(env)
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)
-            self._lookup["rules"] = LabelRules.from_table(table)
+        total, b_d = stage_budgets(table, env.budget)
         return PaskSession(
-            DecodeController(table, env.costs, budget=env.budget, lookup=self._lookup["decode"]),
-            PrefillPlanner(table, env.costs, budget=env.budget),
-            costs=env.costs if self.guard else None,
-            budget=table.budget_prefill if env.budget is None else env.budget,
-            rules=self._lookup["rules"],
-            sinks=env.sinks if self.guard else 0,
-            window=env.window if self.guard else 0,
+            DecodeController(table, env.costs, budget=b_d, lookup=self._lookup["decode"]),
+            PrefillPlanner(table, env.costs, budget=total),
+            budget=total,
+            budget_decode=b_d,
+            expected_answer=table.expected_output_tokens,
+            sinks=env.sinks,
+            window=env.window,
         )
+
+
+@register_policy("pask_hand")
+@dataclass(frozen=True)
+class HandWrittenPaskPolicy(PaskPolicy):
+    """PASK over the hand-written table (``default_table.py``): what served before
+    calibration, kept as a baseline to compare the calibrated table against."""
+
+    name = "pask_hand"
+    default_table_path: ClassVar[Path] = HAND_WRITTEN_TABLE_PATH

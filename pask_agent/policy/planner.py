@@ -122,6 +122,34 @@ class PrefillPlanner:
                 self._floor[i, c] = Action.parse(entry.floor)
                 self._priority[i, c] = [entry.priority[m] for m in _UP]
 
+    @classmethod
+    def from_arrays(
+        cls,
+        base: np.ndarray,
+        floor_: np.ndarray,
+        priority: np.ndarray,
+        costs: PayloadCosts,
+        *,
+        budget: float | Fraction,
+        sinks: int,
+        window: int,
+    ) -> PrefillPlanner:
+        """A planner over per-label arrays (``[labels, 3]`` base and floor, ``[labels, 3, 2]``
+        priorities): calibration plans candidate tables this way before any table exists."""
+        planner = cls.__new__(cls)
+        planner._budget = as_fraction(budget, name="budget")
+        planner._sinks, planner._window, planner._costs = sinks, window, costs
+        planner._label_index = {label: i for i, label in enumerate(SPAN_LABELS)}
+        planner._base = np.asarray(base, np.int8)
+        planner._floor = np.asarray(floor_, np.int8)
+        planner._priority = np.asarray(priority, np.float64)
+        return planner
+
+    def plan_indices(self, labels: np.ndarray) -> PrefillPlan:
+        """:meth:`plan` for labels given as indices into ``SPAN_LABELS``."""
+        return self._plan(np.asarray(labels, np.int64), self._base, self._floor, self._priority,
+                          None)  # fmt: skip
+
     def default_protection(self, n: int) -> np.ndarray:
         """Sinks (first tokens) and the recent window (last tokens) of an ``n``-token prompt."""
         mask = np.zeros(n, dtype=bool)
@@ -131,11 +159,16 @@ class PrefillPlanner:
         return mask
 
     def plan(
-        self, labels: Sequence[str], *, protected: Sequence[bool] | None = None
+        self,
+        labels: Sequence[str],
+        *,
+        protected: Sequence[bool] | None = None,
+        budget: float | Fraction | None = None,
     ) -> PrefillPlan:
         """Plan one prompt. ``labels[t]`` is token ``t``'s span label (``SPAN_LABELS``).
 
-        ``protected`` defaults to :meth:`default_protection` (table sinks and window).
+        ``protected`` defaults to :meth:`default_protection` (table sinks and window);
+        ``budget`` overrides the planner's ``B_P`` for this prompt.
 
         Raises
         ------
@@ -150,7 +183,7 @@ class PrefillPlanner:
             raise ConfigError(
                 f"unknown span label {exc.args[0]!r}; expected one of {list(SPAN_LABELS)}"
             ) from None
-        return self._plan(lab, self._base, self._floor, self._priority, protected)
+        return self._plan(lab, self._base, self._floor, self._priority, protected, budget)
 
     def plan_candidates(
         self, label_sets: Sequence[Sequence[str]], *, protected: Sequence[bool] | None = None
@@ -199,6 +232,7 @@ class PrefillPlanner:
         floor_: np.ndarray,
         priority: np.ndarray,
         protected: Sequence[bool] | None,
+        budget: float | Fraction | None = None,
     ) -> PrefillPlan:
         # lab: [n] class index; base, floor_: [classes, g]; priority: [classes, g, 2]
         n = len(lab)
@@ -210,7 +244,8 @@ class PrefillPlanner:
         acts = floor_[lab].astype(np.int8)  # [n, g]
         acts[prot] = Action.H
         full = n * self._costs.full_bytes_per_token
-        target = self._budget * full
+        b_p = self._budget if budget is None else as_fraction(budget, name="budget")
+        target = b_p * full
         floor_bytes = int(cost[np.arange(g), acts].sum())
         if floor_bytes >= target:
             excess = floor_bytes - target
@@ -219,6 +254,22 @@ class PrefillPlanner:
             acts, lab, prot, base, priority, cost, int(floor(target - floor_bytes))
         )
         return _freeze(acts, planned, target, floor_bytes, 0, full)
+
+
+def solve_prompt_budget(
+    budget: float, budget_decode: float, prompt_tokens: int, answer_tokens: float, window: int
+) -> float:
+    """``B_P`` that makes a request's total meet ``B``: the answer keeps its recent window high
+    and ``B_D`` of the rest, the prompt gets what is left (clamped to [0, 1]).
+
+    Serving and calibration share this, so a table is selected at the plans it will serve.
+    """
+    if prompt_tokens <= 0:
+        return budget
+    protected = min(answer_tokens, window)
+    answer = budget_decode * max(answer_tokens - window, 0.0) + protected
+    share = (budget * (prompt_tokens + answer_tokens) - answer) / prompt_tokens
+    return min(1.0, max(0.0, share))
 
 
 def _freeze(

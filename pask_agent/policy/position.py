@@ -1,6 +1,6 @@
 """``position``: the paper's no-parser ablation (App. C.5) — position bins instead of tags.
 
-The decode controller, ledger, reserve, floors, prefill planner and budget guard are PASK's,
+The decode controller, ledger, reserve, floors, prefill planner and stage budgets are PASK's,
 unchanged; only the decode lookup key differs. The ``t``-th generated token falls in one of
 ``bins`` request-local position bins, ``bin = min(bins − 1, ⌊bins · t / expected_tokens⌋)``
 (the last bin absorbs the tail), and the bin is the bucket key. The parser still enforces
@@ -20,7 +20,7 @@ from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
 from pask_agent.policy.controller import DEFAULT_KEY, DecodeController, DecodeLookup, compile_bucket
-from pask_agent.policy.pask import LabelRules, PaskPolicy, PaskSession
+from pask_agent.policy.pask import PaskPolicy, PaskSession, stage_budgets
 from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import DecodeEntry, PolicyTable
@@ -88,7 +88,6 @@ class PositionPolicy(Policy):
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     name = "position"
     needs_labels = True
-    revises = True  # PASK's budget guard
 
     def __post_init__(self) -> None:
         if self.bins < 1 or self.expected_tokens < 1:
@@ -100,14 +99,14 @@ class PositionPolicy(Policy):
         if "table" not in self._cache:
             self._cache["table"] = PaskPolicy(self.table).resolved_table()
             self._cache["lookup"] = position_lookup(self._cache["table"], self.bins)
-            self._cache["rules"] = LabelRules.from_table(self._cache["table"])
         table = self._cache["table"]
+        total, b_d = stage_budgets(table, env.budget)
         return PositionSession(
-            DecodeController(table, env.costs, budget=env.budget, lookup=self._cache["lookup"]),
-            PrefillPlanner(table, env.costs, budget=env.budget),
-            costs=env.costs,
-            budget=table.budget_prefill if env.budget is None else env.budget,
-            rules=self._cache["rules"],
+            DecodeController(table, env.costs, budget=b_d, lookup=self._cache["lookup"]),
+            PrefillPlanner(table, env.costs, budget=total),
+            budget=total,
+            budget_decode=b_d,
+            expected_answer=table.expected_output_tokens,
             sinks=env.sinks,
             window=env.window,
             bins=self.bins,

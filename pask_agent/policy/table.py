@@ -157,6 +157,14 @@ class PolicyTable(_Frozen):
     window_tokens: int = Field(ge=0)
     alpha_decode: float = Field(ge=0.0)
     alpha_prefill: float = Field(ge=0.0)
+    # Optional (absent from hand-written tables; None fields are left out of the file and the
+    # checksum, so older tables still verify):
+    # the total budget B the stage budgets were chosen for,
+    budget_total: float | None = Field(default=None, gt=0.0, le=1.0)
+    # how many tokens an answer has on the development traces (sizes the prompt's share of B),
+    expected_output_tokens: float | None = Field(default=None, ge=0.0)
+    # and how the table was made: command, trace files with hashes, wall time, CPUs, commit.
+    calibration: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> PolicyTable:
@@ -215,8 +223,8 @@ class PolicyTable(_Frozen):
     # ------------------------------------------------------------------ files
 
     def body(self) -> dict[str, Any]:
-        """The JSON body without the checksum."""
-        return self.model_dump(mode="json")
+        """The JSON body without the checksum (unset optional fields left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
 
     def checksum(self) -> str:
         """SHA-256 of the canonical body (sorted keys, no whitespace)."""

@@ -18,9 +18,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from pask_agent.calibration.traces import ModelId
 from pask_agent.errors import ConfigError, PaskError, PolicyTableError, ValidationFailedError
-from pask_agent.grammars.prompt import render_tool_prompt
-from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
-from pask_agent.grammars.tool_spec import ToolSpec
+from pask_agent.grammars.span_labels import CharSpan
 from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
 from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
@@ -39,7 +37,8 @@ from pask_agent.runtime.engine import (
 )
 from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models import LoadedModel, load_model, model_id_of
-from pask_agent.runtime.outputs import TEXT, OutputCompiler, schema_prompt
+from pask_agent.runtime.outputs import OutputCompiler, schema_prompt
+from pask_agent.runtime.prompting import prepare_turn
 from pask_agent.runtime.results import ChatResult, Delta
 from pask_agent.runtime.turn_output import chat_result, record_turn
 
@@ -169,23 +168,13 @@ class Runtime:
         labels: bool,
         label_spans: Callable[[str], list[CharSpan]] | None = None,
     ) -> tuple[list[int], list[str] | None, OutputSpec]:
-        """Render the prompt, label its spans, and pick the output grammar.
-
-        ``label_spans(text)`` overrides how prompt spans are labelled (the SQL helper labels
-        its DDL); by default the tool schemas rendered into the prompt are labelled.
-        """
-        spec = TEXT
-        specs: tuple[ToolSpec, ...] = ()
-        if tools is not None:  # an empty list is refused, not taken for "no tools"
-            spec = self.outputs.tools(tools, tool_choice=tool_choice, parallel=parallel_tool_calls)
-            specs = spec.payload or tuple(ToolSpec.from_any(t) for t in tools)
-        text = render_tool_prompt(self.tokenizer, messages, specs or None)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        span_labels = None
-        if labels:
-            spans = label_spans(text) if label_spans else label_prompt_spans(text, specs)
-            span_labels = labels_for_tokens(text, spans, self.tokenizer)
-        return ids, span_labels, spec
+        """Render the prompt, label its spans, and pick the output grammar
+        (``runtime/prompting.py``, which calibration replays traces through as well)."""
+        turn = prepare_turn(
+            self.tokenizer, self.outputs, messages, tools, tool_choice, parallel_tool_calls,
+            labels=labels, label_spans=label_spans,
+        )  # fmt: skip
+        return turn.prompt_ids, turn.labels, turn.spec
 
     async def chat(
         self, messages: Sequence[dict[str, Any]], **options: Unpack[TurnOptions]

@@ -1,0 +1,531 @@
+"""``pask-agent calibrate``: recorded traces in, a frozen PASK table out (paper §3.4, Alg. 1).
+
+1. **Runtime-V/D** on the calibration traces: every bucket × layer group × {L, R} probe,
+   teacher-forced (``measure.py``).
+2. **Decode candidates**: per threshold pair the floors and the greedy upgrade path
+   (``frontier.py``); a spread of path points is replayed on the development traces and the
+   cheapest one whose failure rate is within ``α_D`` of the reference wins. Its nominal cost is
+   ``B_D``.
+3. **Prompt candidates**, with decode all-high (App. D.8): floors per threshold pair and
+   distortion priorities, planned at prompt budgets ``B_P``. With a target total ``B`` the
+   runtime solves ``B_P`` per request from ``B``, ``B_D`` and the expected answer length, so
+   the candidates are replayed at exactly that ``B_P`` and the pair with the fewest failures
+   wins; without one, the cheapest level within ``α_P`` wins.
+4. **Reserve** ``Γ(s; B_D)`` from the reference deficits under the chosen floors (β, K).
+5. The table, with a ``calibration`` record (command, trace hashes, wall time, CPUs, commit)
+   and a report of every measurement next to it.
+
+Every trace's result is appended to a checkpoint as soon as it exists, so a killed run
+resumes where it stopped; tasks go to one in-process worker, ``--workers`` local processes, or
+Ray actors (``--ray``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pask_agent.calibration.buckets import DecodeKeys
+from pask_agent.calibration.deficits import fit_reserve
+from pask_agent.calibration.frontier import (
+    THRESHOLD_PAIRS,
+    Candidate,
+    Sensitivity,
+    greedy_path,
+    path_candidates,
+    spread,
+)
+from pask_agent.calibration.measure import TraceMeasurement
+from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
+from pask_agent.calibration.runner import TaskRunner
+from pask_agent.calibration.table_build import assemble_table, mismatch_report
+from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
+from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
+from pask_agent.errors import ConfigError
+from pask_agent.grammars.tags import SPAN_LABELS
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.planner import solve_prompt_budget
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """Everything one calibration run depends on (the table records it)."""
+
+    traces: tuple[Path, ...]
+    dev: tuple[Path, ...]
+    out: Path
+    model: str = "default"
+    budget: float | None = None  # target total B; None: stage budgets by α alone
+    alpha_decode: float = 0.05
+    alpha_prefill: float = 0.02
+    beta: float = 0.8
+    horizon: int = 8
+    workers: int = 1
+    ray: str | None = None
+    checkpoint: Path | None = None
+    report: Path | None = None  # default: <out stem>.report.json next to the table
+    dtype: str = "bfloat16"
+    candidates_per_path: int = 8
+    prefill_levels: tuple[float, ...] = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
+    sinks: int = 4
+    window: int = 16
+    continue_calls_at: float | None = 0.01
+    command: str = ""
+    progress: bool = True
+
+    def checkpoint_path(self) -> Path:
+        return self.checkpoint or self.out.with_name(self.out.name + ".checkpoint.jsonl")
+
+    def report_path(self) -> Path:
+        return self.report or self.out.with_name(self.out.stem + ".report.json")
+
+
+@dataclass
+class CalibrationResult:
+    table_path: Path
+    report_path: Path
+    wall_seconds: float
+    budget_decode: float
+    budget_prefill: float
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def check_config(config: CalibrationConfig) -> None:
+    """Reject bad input before any model is loaded.
+
+    Raises
+    ------
+    ConfigError
+        A budget outside (0, 1], no development traces, tolerances or β out of range.
+    TraceError
+        A trace file that is missing, empty or malformed (checked in :func:`load_traces`).
+    """
+    if config.budget is not None and not 0 < config.budget <= 1:
+        raise ConfigError(f"--budget {config.budget} must lie in (0, 1]")
+    if not config.traces:
+        raise ConfigError("no calibration traces: pass --traces FILE (record them first)")
+    if not config.dev:
+        raise ConfigError(
+            "no development traces: pass --dev FILE; candidates are selected on traces the "
+            "measurements did not see (record them with `pask-agent traces record --split dev`)"
+        )
+    if not (0 <= config.alpha_decode < 1 and 0 <= config.alpha_prefill < 1):
+        raise ConfigError("alpha tolerances must lie in [0, 1)")
+    if not 0 < config.beta <= 1 or config.horizon < 0:
+        raise ConfigError("need 0 < beta <= 1 and horizon >= 0")
+    if config.workers < 1:
+        raise ConfigError(f"--workers {config.workers} must be >= 1")
+
+
+def _threads_per_worker(workers: int) -> int:
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    return min(threads, int(limit)) if limit.isdigit() and int(limit) > 0 else threads
+
+
+def model_identity(name: str) -> ModelId:
+    """The identity traces must carry, without loading weights for a bundled model."""
+    from pask_agent.runtime.models import ALIASES, BUNDLED, resolve_model_dir
+
+    bundled = BUNDLED.get(ALIASES.get(name, name))
+    if bundled is not None and bundled.sha256:
+        return ModelId(bundled.name, bundled.sha256)
+
+    class _Loaded:
+        pass
+
+    loaded = _Loaded()
+    loaded.name, loaded.path = name, resolve_model_dir(name)  # type: ignore[attr-defined]
+    return ModelId.of(loaded)
+
+
+def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
+    """``(where, trace)`` for every line of every file, checked for model and outcome."""
+    out = []
+    for path in paths:
+        for i, trace in enumerate(read_traces(path, model=model), 1):
+            where = f"{path}:{i}"
+            if trace.ok is None:
+                raise TraceError(
+                    f"{where}: the trace has a 'reference' but no 'ok'; calibration needs each "
+                    "turn's outcome (record with `pask-agent traces record`, which scores it)"
+                )
+            if not trace.tools:
+                raise TraceError(f"{where}: a turn without tools has no structure to calibrate")
+            out.append((where, trace))
+    return out
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Checkpoint:
+    """Append-only JSONL of finished tasks, keyed by stage and trace; read back on resume.
+
+    Each line also records which run wrote it and that run's elapsed seconds, so a resumed
+    calibration reports the wall time of all its runs together (``prior_seconds``).
+    """
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.done: dict[tuple[str, str], Any] = {}
+        self.run_id = os.urandom(6).hex()
+        self._started = time.perf_counter()
+        elapsed: dict[str, float] = {}
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by a kill: that task runs again
+                if row.get("fingerprint") == fingerprint:
+                    self.done[(row["stage"], row["where"])] = row["result"]
+                    run = str(row.get("run", ""))
+                    elapsed[run] = max(elapsed.get(run, 0.0), float(row.get("elapsed", 0.0)))
+        self.prior_seconds = sum(elapsed.values())
+        self.prior_runs = len(elapsed)
+
+    def add(self, stage: str, where: str, result: Any) -> None:
+        self.done[(stage, where)] = result
+        line = json.dumps(
+            {
+                "fingerprint": self.fingerprint,
+                "stage": stage,
+                "where": where,
+                "run": self.run_id,
+                "elapsed": round(time.perf_counter() - self._started, 2),
+                "result": result,
+            }
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="trace", disable=not enabled, dynamic_ncols=True)
+
+
+def calibrate(config: CalibrationConfig) -> CalibrationResult:
+    """Run a whole calibration and write the table (and its report)."""
+    started = time.perf_counter()
+    check_config(config)
+    model = model_identity(config.model)
+    cal = load_traces(config.traces, model)
+    dev = load_traces(config.dev, model)
+    spec = WorkerSpec(
+        config.model,
+        config.dtype,
+        config.sinks,
+        config.window,
+        config.continue_calls_at,
+        # One torch thread per worker process: on a busy machine OpenMP threads that spin for
+        # each other made a replay 20x slower (measured: 22 s vs 1.1 s for one trace's prompt).
+        threads=_threads_per_worker(config.workers),
+    )
+    from pask_agent.runtime.models import load_tokenizer
+
+    tokenizer = load_tokenizer(config.model)
+    replayer = TraceReplayer(tokenizer, model_vocab_size(config.model, tokenizer))
+    cal_replayed = [replayer.replay(t, where=w) for w, t in cal]
+    dev_replayed = [replayer.replay(t, where=w) for w, t in dev]
+    keys = DecodeKeys.choose([r for r in cal_replayed if r.ok])
+    fingerprint = _fingerprint(config, cal, dev, keys)
+    checkpoint = Checkpoint(config.checkpoint_path(), fingerprint)
+    with TaskRunner(spec, workers=config.workers, ray=config.ray) as runner:
+        costs, dims = runner.costs(), runner.dims()
+        # ---- 1. Runtime-V and Runtime-D on the calibration traces
+        measured = _run_stage(
+            runner, checkpoint, "measure", cal, config.progress,
+            lambda w, t: ("measure", (t, w, keys)),
+        )  # fmt: skip
+        measurements = [TraceMeasurement.from_json(measured[w]) for w, _ in cal]
+        dec = Sensitivity.aggregate(measurements, "decode", keys.size)
+        pre = Sensitivity.aggregate(measurements, "prefill", len(SPAN_LABELS))
+        dev_tokens = _dev_decode_tokens(dev_replayed, keys)
+        # ---- 2. decode candidates on the development traces (prompt all H)
+        candidates = _decode_candidates(dec, dev_tokens, costs, config.candidates_per_path)
+        maps = [c.actions for c in candidates]
+        decode_eval = _run_stage(
+            runner, checkpoint, "dev-decode", dev, config.progress,
+            lambda w, t: ("evaluate", (t, w, keys, maps, None, None)),
+        )  # fmt: skip
+        flips = np.array([decode_eval[w]["decode"] for w, _ in dev], dtype=bool)
+        decode_errors = flips.sum(axis=0) / len(dev)
+        chosen = _cheapest_within(candidates, decode_errors, config.alpha_decode)
+        b_d = round(chosen.cost + 5e-5, 4)  # rounded up: the ledger never starves the plan
+        expected = float(np.mean([r.output_len for r in dev_replayed]))
+        # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
+        pairs = _distinct_floors(pre)
+        priority = pre.upgrade_scores(costs)
+        if config.budget is not None:
+            levels = (config.budget,)
+            per_trace = {
+                w: [solve_prompt_budget(config.budget, b_d, r.prompt_len, expected, config.window)]
+                for (w, _), r in zip(dev, dev_replayed, strict=True)
+            }
+        else:
+            levels = config.prefill_levels
+            per_trace = {w: list(levels) for w, _ in dev}
+        rows = tuple((p, lv) for p in range(len(pairs)) for lv in range(len(levels)))
+        prefill = PrefillCandidates(
+            tuple(f for _, f in pairs), priority, tuple(levels), rows
+        )  # fmt: skip
+        prefill_eval = _run_stage(
+            runner, checkpoint, "dev-prefill", dev, config.progress,
+            lambda w, t: ("evaluate", (t, w, keys, [], prefill, per_trace[w])),
+        )  # fmt: skip
+    pflips = np.array([prefill_eval[w]["prefill"] for w, _ in dev], dtype=bool)
+    prefill_errors = pflips.sum(axis=0) / len(dev)
+    pair_index, level_index = _prefill_choice(
+        rows, prefill_errors, pairs, pre, costs, config.alpha_prefill, config.budget is not None
+    )
+    if config.budget is not None:
+        b_p = float(np.mean([per_trace[w][0] for w, _ in dev]))
+    else:
+        b_p = float(levels[level_index])
+    prefill_floors = pairs[pair_index][1]
+    # ---- 4. reserve from the reference deficits under the chosen decode floors
+    answers = [_floor_costs(r, keys, chosen.floors, costs) for r in cal_replayed + dev_replayed]
+    budgets = sorted({0.25, 0.33, 0.5, 0.75, 1.0, b_d})
+    reserve = fit_reserve(answers, budgets, beta=config.beta, horizon=config.horizon)
+    wall = checkpoint.prior_seconds + time.perf_counter() - started
+    record = _record(config, wall)
+    record["runs"] = checkpoint.prior_runs + 1
+    table = assemble_table(
+        model_name=config.model,
+        tokenizer=tokenizer,
+        costs=costs,
+        dims=dims,
+        keys=keys,
+        decode=dec,
+        chosen=chosen,
+        prefill=pre,
+        prefill_floors=prefill_floors,
+        priority=priority,
+        reserve=reserve,
+        budget_decode=b_d,
+        budget_prefill=round(b_p, 4),
+        budget_total=config.budget,
+        expected_output_tokens=round(expected, 2),
+        config=config,
+        record=record,
+    )
+    table.save(config.out)
+    report = {
+        **record,
+        "decode_keys": list(keys.keys),
+        "cal_traces": len(cal),
+        "cal_ok": sum(t.ok for _, t in cal),
+        "dev_traces": len(dev),
+        "dev_ok": sum(t.ok for _, t in dev),
+        "decode": _sensitivity_json(dec, keys.keys + ("<default>",)),
+        "prefill": _sensitivity_json(pre, SPAN_LABELS),
+        "decode_candidates": [
+            {"name": c.name, "cost": round(c.cost, 4), "dev_error": round(float(e), 4)}
+            for c, e in zip(candidates, decode_errors, strict=True)
+        ],
+        "decode_choice": {"name": chosen.name, "budget_decode": b_d},
+        "prefill_candidates": [
+            {
+                "pair": list(pairs[p][0]),
+                "budget": levels[lv],
+                "dev_error": round(float(prefill_errors[i]), 4),
+            }
+            for i, (p, lv) in enumerate(rows)
+        ],
+        "prefill_choice": {"pair": list(pairs[pair_index][0]), "budget_prefill": round(b_p, 4)},
+        "stable_fraction": round(float(np.mean([m.stable_fraction for m in measurements])), 4),
+        "mismatch": {"decode": mismatch_report(dec), "prefill": mismatch_report(pre)},
+    }
+    config.report_path().parent.mkdir(parents=True, exist_ok=True)
+    config.report_path().write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    return CalibrationResult(config.out, config.report_path(), wall, b_d, b_p, report)
+
+
+def model_vocab_size(model: str, tokenizer: Any) -> int:
+    from pask_agent.runtime.models import resolve_model_dir
+
+    cfg = json.loads((resolve_model_dir(model) / "config.json").read_text())
+    return int(cfg.get("vocab_size") or len(tokenizer))
+
+
+def _fingerprint(
+    config: CalibrationConfig,
+    cal: list[tuple[str, Trace]],
+    dev: list[tuple[str, Trace]],
+    keys: DecodeKeys,
+) -> str:
+    body = json.dumps(
+        {
+            "files": [file_digest(p) for p in (*config.traces, *config.dev)],
+            "model": config.model,
+            "dtype": config.dtype,
+            "sinks": config.sinks,
+            "window": config.window,
+            "keys": keys.keys,
+            "budget": config.budget,
+            "per_path": config.candidates_per_path,
+            "levels": config.prefill_levels,
+            "alpha": [config.alpha_decode, config.alpha_prefill],
+            "n": [len(cal), len(dev)],
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _run_stage(
+    runner: TaskRunner,
+    checkpoint: Checkpoint,
+    stage: str,
+    items: list[tuple[str, Trace]],
+    progress: bool,
+    task: Callable[[str, Trace], tuple[str, tuple[Any, ...]]],
+) -> dict[str, Any]:
+    results = {w: checkpoint.done[(stage, w)] for w, _ in items if (stage, w) in checkpoint.done}
+    todo = [(w, t) for w, t in items if w not in results]
+    with _progress(len(items), stage, progress) as bar:
+        bar.update(len(results))
+        for where, result in runner.map([task(w, t) for w, t in todo], [w for w, _ in todo]):
+            checkpoint.add(stage, where, result)
+            results[where] = result
+            bar.update(1)
+    return results
+
+
+def _dev_decode_tokens(dev: list[ReplayedTrace], keys: DecodeKeys) -> np.ndarray:
+    tokens = np.zeros(keys.size)
+    for r in dev:
+        tokens += np.bincount(keys.of_trace(r), minlength=keys.size)
+    return tokens
+
+
+def _decode_candidates(
+    dec: Sensitivity, dev_tokens: np.ndarray, costs: PayloadCosts, per_path: int
+) -> list[Candidate]:
+    scores = dec.upgrade_scores(costs)
+    seen: set[bytes] = set()
+    out: list[Candidate] = []
+    for pair in THRESHOLD_PAIRS:
+        floors = dec.floors(*pair)
+        path = path_candidates(pair, floors, greedy_path(floors, scores), dev_tokens, costs)
+        for cand in spread(path, per_path):
+            key = cand.floors.tobytes() + cand.actions.tobytes()
+            if key not in seen:
+                seen.add(key)
+                out.append(cand)
+    return out
+
+
+def _cheapest_within(
+    candidates: Sequence[Candidate], errors: np.ndarray, alpha: float
+) -> Candidate:
+    """The cheapest candidate whose development failure rate exceeds the reference's (0 by
+    construction of the proxy) by at most ``alpha``; ties go to the earlier path point."""
+    ok = [i for i, e in enumerate(errors) if e <= alpha + 1e-12]
+    if not ok:  # cannot happen: each path ends all-H, which fails nothing
+        ok = [int(np.argmin(errors))]
+    best = min(ok, key=lambda i: (candidates[i].cost, float(errors[i]), candidates[i].step))
+    return candidates[best]
+
+
+def _distinct_floors(pre: Sensitivity) -> list[tuple[tuple[float, float], np.ndarray]]:
+    out: list[tuple[tuple[float, float], np.ndarray]] = []
+    for pair in THRESHOLD_PAIRS:
+        floors = pre.floors(*pair)
+        if not any(np.array_equal(floors, f) for _, f in out):
+            out.append((pair, floors))
+    return out
+
+
+def _prefill_choice(
+    rows: Sequence[tuple[int, int]],
+    errors: np.ndarray,
+    pairs: list[tuple[tuple[float, float], np.ndarray]],
+    pre: Sensitivity,
+    costs: PayloadCosts,
+    alpha: float,
+    fixed_budget: bool,
+) -> tuple[int, int]:
+    """Fixed B: the pair with the fewest failures (ties: cheaper floors). Else: the cheapest
+    level within ``alpha``, then fewest failures, then cheaper floors."""
+    from pask_agent.calibration.frontier import nominal_cost
+
+    def floor_cost(p: int) -> float:
+        return nominal_cost(pairs[p][1], pre.tokens, costs)
+
+    if fixed_budget:
+        i = min(range(len(rows)), key=lambda i: (float(errors[i]), floor_cost(rows[i][0])))
+        return rows[i]
+    ok = [i for i in range(len(rows)) if errors[i] <= alpha + 1e-12]
+    pool = ok or list(range(len(rows)))
+    i = min(pool, key=lambda i: (rows[i][1], float(errors[i]), floor_cost(rows[i][0])))
+    return rows[i]
+
+
+def _floor_costs(
+    r: ReplayedTrace, keys: DecodeKeys, floors: np.ndarray, costs: PayloadCosts
+) -> tuple[np.ndarray, list[str]]:
+    m = np.asarray(costs.bytes_by_group, dtype=np.float64)
+    per_bucket = m[np.arange(3)[None, :], floors].sum(axis=1) / costs.full_bytes_per_token
+    states = [t.state if t is not None else "" for t in r.tags]
+    return per_bucket[keys.of_trace(r)], states
+
+
+def _sensitivity_json(s: Sensitivity, names: Sequence[str]) -> list[dict[str, Any]]:
+    rows = []
+    for b, name in enumerate(names):
+        for c in range(3):
+            rows.append(
+                {
+                    "bucket": name,
+                    "group": c,
+                    "tokens": int(s.tokens[b]),
+                    "V_L": round(float(s.v[b, c, 1]), 4),
+                    "V_R": round(float(s.v[b, c, 0]), 4),
+                    "D_L": round(float(s.d[b, c, 1]), 4),
+                    "D_R": round(float(s.d[b, c, 0]), 4),
+                }
+            )
+    return rows
+
+
+def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
+    from pask_agent.eval.provenance import provenance
+
+    prov = provenance()
+    return {
+        "command": config.command or prov["command"],
+        "traces": [
+            {"path": str(p), "sha256": file_digest(p), "n": _count_lines(p)}
+            for p in (*config.traces, *config.dev)
+        ],
+        "wall_seconds": round(wall, 1),
+        "cpu_count": os.cpu_count() or 1,
+        "git_commit": prov["git_commit"],
+        "machine": prov["machine"],
+        "dtype": config.dtype,
+        "workers": config.workers,
+    }
+
+
+def _count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())

@@ -1,0 +1,274 @@
+"""Calibration on a real model: teacher-forced replay agrees with the runtime, a whole
+``pask-agent calibrate`` run writes a loadable table that resumes from its checkpoint, and bad
+input is refused before any model work (SmolLM2-135M, traces recorded by the real runtime)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from pask_agent.calibration.agreement import Probe, ProbePolicy
+from pask_agent.calibration.buckets import DecodeKeys
+from pask_agent.calibration.calibrate import CalibrationConfig, calibrate, file_digest
+from pask_agent.calibration.measure import unshielded_prompt
+from pask_agent.calibration.replay import TraceReplayer
+from pask_agent.calibration.teacher import H, Interventions, ModelParts, R, TraceContext
+from pask_agent.calibration.traces import TraceError, read_traces
+from pask_agent.errors import ConfigError
+from pask_agent.grammars.tags import Tag
+from pask_agent.policy.actions import Action
+from pask_agent.policy.base import Policy, PolicyEnv
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.pask import PaskPolicy
+from pask_agent.policy.table import PolicyTable, tokenizer_hash
+from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.runtime import Runtime
+
+
+def get_weather(city: str, unit: str = "celsius") -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: The city name, e.g. Oslo.
+        unit: Temperature unit, celsius or fahrenheit.
+    """
+    return "sunny"
+
+
+def convert_currency(amount: float, source: str, target: str) -> float:
+    """Convert an amount of money between currencies.
+
+    Args:
+        amount: How much money.
+        source: Three-letter code of the currency to convert from.
+        target: Three-letter code of the currency to convert to.
+    """
+    return amount
+
+
+QUESTIONS = [
+    "What is the weather in Oslo?",
+    "Convert 250 euros to US dollars.",
+    "Weather in Paris in fahrenheit, please.",
+    "How much is 99 GBP in JPY?",
+    "Is it raining in Bergen right now?",
+    "Convert 12.5 USD to CHF and tell me the weather in Zurich.",
+]
+WINDOW = 8
+
+
+@pytest.fixture(scope="module")
+def recorded(smollm2, tmp_path_factory) -> tuple[Path, Path]:
+    """Four calibration and two development traces recorded by the runtime itself."""
+    folder = tmp_path_factory.mktemp("traces")
+    cal, dev = folder / "cal.jsonl", folder / "dev.jsonl"
+
+    async def main() -> None:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            for i, q in enumerate(QUESTIONS):
+                await rt.chat(
+                    [{"role": "user", "content": q}],
+                    tools=[get_weather, convert_currency],
+                    tool_choice="required",
+                    max_new_tokens=48,
+                    record_traces=str(cal if i < 4 else dev),
+                )
+
+    anyio.run(main)
+    return cal, dev
+
+
+def _contexts(model: Any, path: Path) -> list[TraceContext]:
+    replayer = TraceReplayer(model.tokenizer, int(model.model.config.vocab_size))
+    parts = ModelParts.of(model.model)
+    return [
+        TraceContext(
+            parts,
+            replayer.replay(t, where=str(i)),
+            sinks=4,
+            window=WINDOW,
+            token_text=lambda i: model.tokenizer.decode([i]),
+            stop_ids=frozenset({model.tokenizer.eos_token_id}),
+        ).build()
+        for i, t in enumerate(read_traces(path))
+    ]
+
+
+def test_replay_reproduces_the_recorded_greedy_decisions(smollm2, recorded) -> None:
+    contexts = _contexts(smollm2, recorded[0])
+    decisions = sum(int(c.valid.sum()) for c in contexts)
+    reproduced = np.mean([c.stable_fraction for c in contexts])
+    assert decisions > 30 and reproduced >= 0.95  # FP32 replay vs the runtime's own decoding
+    for ctx in contexts:
+        n, p = 3, ctx.trace.prompt_len
+        modes = np.full((n, 3, p), H, np.int8)
+        modes[2] = R  # row 2: the whole prompt released in every group
+        out = ctx.run(Interventions(modes, None, 0, 0), distortion_group=0)
+        assert not out.flipped[:2].any() and out.distortion[1] == 0.0  # rows 0, 1: all H
+        assert out.distortion[2] > 0
+    assert any(ctx.run(Interventions(_released(ctx), None, 0, 0)).flipped[1] for ctx in contexts)
+
+
+def _released(ctx: TraceContext) -> np.ndarray:
+    """Row 1 releases every prompt token the plan may release (not sinks, not the window)."""
+    modes = np.full((2, 3, ctx.trace.prompt_len), H, np.int8)
+    modes[1][:, unshielded_prompt(ctx.trace.prompt_len, ctx.sinks, ctx.window)] = R
+    return modes
+
+
+class _ReleaseSession:
+    def __init__(self, sinks: int, window: int) -> None:
+        self.sinks, self.window = sinks, window
+
+    def plan_prefill(self, labels: list[str]) -> list[tuple[Action, ...]]:
+        n = len(labels)
+        keep = [i < self.sinks or i >= n - self.window for i in range(n)]
+        return [(Action.H,) * 3 if k else (Action.R,) * 3 for k in keep]
+
+    def on_token(self, tag: Any, *, is_stop: bool = False) -> tuple[Action, ...]:
+        return (Action.H,) * 3
+
+
+class ReleasePrompt(Policy):
+    """Releases every prompt token outside sinks and window, in every layer group."""
+
+    name = "release-prompt"
+    needs_labels = True
+
+    def start(self, env: PolicyEnv) -> _ReleaseSession:
+        return _ReleaseSession(env.sinks, env.window)
+
+
+def test_the_runtime_changes_an_answer_exactly_when_the_replay_says_so(smollm2, recorded) -> None:
+    """The agreement check at unit size: releasing the prompt, free-running vs the proxy."""
+    traces = read_traces(recorded[0])
+    contexts = _contexts(smollm2, recorded[0])
+
+    async def main() -> list[tuple[str, str]]:
+        out = []
+        config = RuntimeConfig(window=WINDOW, prefill_chunk_tokens=4096)
+        async with Runtime.open(smollm2, config=config) as rt:
+            for t in traces:
+                kw: dict[str, Any] = dict(
+                    tools=list(t.tools), tool_choice="required", max_new_tokens=48
+                )
+                same = await rt.chat(list(t.messages), policy="full", **kw)
+                gone = await rt.chat(list(t.messages), policy=ReleasePrompt(), **kw)
+                out.append((same.text, gone.text))
+        return out
+
+    runs = anyio.run(main)
+    for t, ctx, (same, gone) in zip(traces, contexts, runs, strict=True):
+        assert same == t.output  # Full KV reproduces the trace
+        proxy = bool(ctx.run(Interventions(_released(ctx), None, 0, 0)).flipped[1])
+        assert proxy == ("".join(gone.split()) != "".join(t.output.split()))
+
+
+def test_probe_policy_degrades_one_bucket_in_one_group() -> None:
+    keys = DecodeKeys(("schema_bearing",))
+    env = PolicyEnv(PayloadCosts.from_dims(24, 2, 64), sinks=1, window=2)
+    pre = ProbePolicy(Probe("prefill", 2, 1, Action.L), keys).start(env)
+    labels = ["function_name", "protected_content", "function_name", "function_name", "x"]
+    plan = pre.plan_prefill(labels)
+    assert [a[1] for a in plan] == [Action.H, Action.H, Action.L, Action.H, Action.H]
+    assert all(a[0] == a[2] == Action.H for a in plan)
+    dec = ProbePolicy(Probe("decode", 0, 2, Action.R), keys).start(env)
+    tag = Tag("schema_bearing", "dispatch_key", "critical", "no_lookahead")
+    assert dec.on_token(tag) == (Action.H, Action.H, Action.R)
+    other = Tag("pure_scaffold", "dispatch_key", "boundary", "no_lookahead")
+    assert dec.on_token(other) == (Action.H,) * 3
+
+
+def test_calibrate_writes_a_table_that_serves_and_resumes(smollm2, recorded, tmp_path) -> None:
+    cal, dev = recorded
+    out = tmp_path / "smollm2.json"
+    config = CalibrationConfig(
+        traces=(cal,),
+        dev=(dev,),
+        out=out,
+        model="smollm2-135m",
+        budget=0.5,
+        window=WINDOW,
+        candidates_per_path=4,
+        progress=False,
+    )
+    result = calibrate(config)
+    table = PolicyTable.load(
+        out, model_id="SmolLM2-135M-Instruct", tokenizer_hash=tokenizer_hash(smollm2.tokenizer)
+    )
+    assert table.source == "calibrated" and table.budget_total == 0.5
+    assert 0 < table.budget_decode <= 1 and 0 <= table.budget_prefill <= 1
+    record = table.calibration
+    assert record is not None and record["wall_seconds"] > 0 and record["cpu_count"] >= 1
+    assert record["git_commit"] and record["command"]
+    assert [(t["path"], t["sha256"], t["n"]) for t in record["traces"]] == [
+        (str(cal), file_digest(cal), 4),
+        (str(dev), file_digest(dev), 2),
+    ]
+    report = json.loads(result.report_path.read_text())
+    assert report["decode_candidates"] and report["mismatch"]["decode"]["R"]["buckets"] > 0
+    # the table serves: PASK with it decodes a tool call on the model it was made for
+    question = [{"role": "user", "content": "Weather in Rome?"}]
+
+    async def serve() -> Any:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            return await rt.chat(
+                question, tools=[get_weather], tool_choice="required", max_new_tokens=40,
+                policy=PaskPolicy(table), budget=0.5,
+            )  # fmt: skip
+
+    served = anyio.run(serve)
+    assert served.tool_calls and served.tool_calls[0].name == "get_weather"
+    assert served.usage.measured_b < 1.0
+    # a second run resumes: no trace is replayed again, and the same table comes out
+    lines = config.checkpoint_path().read_text().count("\n")
+    again = calibrate(config)
+    assert config.checkpoint_path().read_text().count("\n") == lines
+    second = PolicyTable.read(again.table_path)
+    assert second.decode == table.decode and second.prefill == table.prefill
+    assert second.calibration["runs"] == 2  # type: ignore[index]
+    # the same tasks as Ray actors on a local instance give the same table
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = calibrate(
+            replace(config, out=tmp_path / "ray.json", checkpoint=None, ray="local", workers=1)
+        )
+    finally:
+        ray.shutdown()
+    third = PolicyTable.read(on_ray.table_path)
+    assert third.decode == table.decode and third.prefill == table.prefill
+    assert third.reserve == table.reserve and third.budget_decode == table.budget_decode
+
+
+def test_bad_input_is_refused_before_any_work(recorded, tmp_path) -> None:
+    cal, dev = recorded
+    base = dict(traces=(cal,), dev=(dev,), out=tmp_path / "t.json", model="smollm2-135m")
+    with pytest.raises(ConfigError, match="budget"):
+        calibrate(CalibrationConfig(**base, budget=0.0))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="budget"):
+        calibrate(CalibrationConfig(**base, budget=1.5))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="no development traces"):
+        calibrate(CalibrationConfig(**{**base, "dev": ()}))  # type: ignore[arg-type]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(TraceError, match="holds no traces"):
+        calibrate(CalibrationConfig(**{**base, "traces": (empty,)}))  # type: ignore[arg-type]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(cal.read_text().splitlines()[0] + "\n{not json\n")
+    with pytest.raises(TraceError, match=":2: not JSON"):
+        calibrate(CalibrationConfig(**{**base, "traces": (broken,)}))  # type: ignore[arg-type]
+    other = tmp_path / "other.jsonl"
+    row = json.loads(cal.read_text().splitlines()[0])
+    row["model"] = {"name": "default", "weights_sha256": "1d96" + "0" * 60}
+    other.write_text(json.dumps(row) + "\n")
+    with pytest.raises(TraceError, match="recorded with model"):
+        calibrate(CalibrationConfig(**{**base, "traces": (other,)}))  # type: ignore[arg-type]
+    assert not (tmp_path / "t.json").exists()
