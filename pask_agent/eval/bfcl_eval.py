@@ -363,6 +363,45 @@ async def evaluate(
     return summaries
 
 
+def merge_results(parts: Sequence[Path], out: Path) -> list[ConfigSummary]:
+    """Join the case results of runs made in separate processes (``<part>.jsonl``) into one
+    set of result files, with summaries and paired comparisons over all of them.
+
+    Raises
+    ------
+    ConfigError
+        A part is missing, or two parts hold the same (policy, budget, case).
+    """
+    results: list[CaseResult] = []
+    notes: list[str] = []
+    seen: set[tuple[str, float, str]] = set()
+    for part in parts:
+        lines = part.with_suffix(".jsonl")
+        if not lines.is_file():
+            raise ConfigError(f"no results at {lines}")
+        for line in lines.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            row["calls"] = tuple(row["calls"])
+            r = CaseResult(**row)
+            key = (r.policy, r.budget, r.id)
+            if key in seen:
+                raise ConfigError(f"{part}: {key} appears in two parts")
+            seen.add(key)
+            results.append(r)
+        meta = part.with_suffix(".json")
+        if meta.is_file():
+            info = json.loads(meta.read_text(encoding="utf-8"))
+            notes.append(f"{part.name}: {info.get('command', '')} at {info.get('git_commit', '')}")
+    order: list[tuple[str, float]] = []
+    for r in results:
+        if (r.policy, r.budget) not in order:
+            order.append((r.policy, r.budget))
+    order.sort(key=lambda c: c[0] != "full")
+    summaries = [summarize([r for r in results if (r.policy, r.budget) == c]) for c in order]
+    write_results(out, results, summaries, "Merged from: " + "; ".join(notes))
+    return summaries
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default="full,pask", help="comma-separated policy names")
     p.add_argument("--budgets", default="0.33", help="comma-separated target total budgets B")
@@ -376,9 +415,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--traces-out", type=Path, default=None, help="write the Full-KV run as traces (JSONL)"
     )
+    p.add_argument(
+        "--merge", type=Path, nargs="+", default=None,
+        help="join earlier runs' results (paths without extension) into --out; runs nothing",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "merge", None):
+        merge_results(args.merge, Path(args.out))
+        return 0
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     try:
         budgets = [float(b) for b in args.budgets.split(",") if b.strip()]

@@ -40,7 +40,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableMap, RunnablePassthrough
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_json_schema, convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator
 
 from pask_agent.errors import ConfigError, ToolChoiceError
 from pask_agent.integrations._lc_messages import to_openai_messages
@@ -48,6 +48,7 @@ from pask_agent.integrations._lc_threads import langgraph_thread, thread_key
 from pask_agent.integrations._lc_tools import format_tools, normalize_tool_choice
 from pask_agent.integrations._lc_turn import TurnRequest, conversation_key, run_turn
 from pask_agent.integrations._portal import runtime_registry
+from pask_agent.policy.pask import TablePaskPolicy
 
 _CALL_KWARGS = frozenset(
     {
@@ -89,6 +90,9 @@ class PaskChatModel(BaseChatModel):
     policy, budget
         KV policy name (``"full"``, ``"pask"``, ``"streaming"``) and KV budget ``B`` (measured
         KV bytes / Full-KV bytes); ``None`` keeps the policy's default.
+    policy_table
+        A PASK table file to serve instead of the shipped one (``pask-agent calibrate``'s
+        output for your own traces); it must have been calibrated for ``model``.
     conversation_id, reuse_prefix
         Runtime conversation of this call (default: the LangGraph thread's, else derived from
         the opening messages when ``reuse_prefix``), so agent-loop steps reuse the KV of their
@@ -122,6 +126,8 @@ class PaskChatModel(BaseChatModel):
     parallel_tool_calls: bool = True
     policy: str = "full"
     budget: float | None = None
+    policy_table: str | None = None
+    _table_policy: Any = PrivateAttr(default=None)
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
@@ -329,6 +335,13 @@ class PaskChatModel(BaseChatModel):
         if conversation is not None:  # a caller's id; derived ids below include the model
             runtime_registry().bind_conversation(conversation, model)
         policy, budget = kwargs.get("policy", self.policy), kwargs.get("budget", self.budget)
+        table = kwargs.get("policy_table", self.policy_table)
+        if table is not None:
+            if policy != "pask":
+                raise ConfigError(f"policy_table needs policy='pask', got policy={policy!r}")
+            if self._table_policy is None or self._table_policy.path != str(table):
+                self._table_policy = TablePaskPolicy.read(str(table))
+            policy = self._table_policy
         thread_id, saver = langgraph_thread()
         if conversation is None and thread_id is not None:
             conversation = thread_key(model, policy, budget, thread_id)

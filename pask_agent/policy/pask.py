@@ -176,3 +176,25 @@ class HandWrittenPaskPolicy(PaskPolicy):
 
     name = "pask_hand"
     default_table_path: ClassVar[Path] = HAND_WRITTEN_TABLE_PATH
+
+
+@dataclass(frozen=True)
+class TablePaskPolicy(PaskPolicy):
+    """PASK over a table file (your own calibration); ``str`` is the path, so keys that name
+    the policy (conversations) stay short."""
+
+    path: str = ""
+
+    @classmethod
+    def read(cls, path: str) -> TablePaskPolicy:
+        """Read and validate the table (the model check happens when a request starts).
+
+        Raises
+        ------
+        PolicyTableError
+            The file is missing, corrupt or not a valid table.
+        """
+        return cls(PolicyTable.read(path), path=str(path))
+
+    def __str__(self) -> str:
+        return f"pask:{self.path}"

@@ -26,6 +26,7 @@ from pask_agent.eval.bfcl_eval import (
     configurations,
     evaluate,
     load_split,
+    merge_results,
     run_config,
     summarize,
     write_results,
@@ -90,6 +91,30 @@ def test_write_results_draws_the_plot(tmp_path: Path) -> None:
     png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert "![accuracy vs measured B](grid.png)" in out.with_suffix(".md").read_text()
+
+
+def test_runs_from_separate_processes_merge_into_one_paired_table(tmp_path: Path) -> None:
+    def rows(policy: str, budget: float, oks: list[bool]) -> list[CaseResult]:
+        return [
+            CaseResult(f"c{i}", "simple_python", policy, budget, ok, True, (), "", "tool_calls",
+                       10, 5, 3, 10, 0.3)  # fmt: skip
+            for i, ok in enumerate(oks)
+        ]
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    first = rows("pask", 0.33, [True, False, True])
+    write_results(a, first, [summarize(first)], "part a")
+    second = rows("full", 1.0, [True, True, True]) + rows("position", 0.33, [False] * 3)
+    write_results(b, second, [summarize(second[:3]), summarize(second[3:])], "part b")
+    summaries = merge_results([a, b], tmp_path / "all")
+    assert [(s.policy, s.overall) for s in summaries] == [
+        ("full", 1.0), ("pask", pytest.approx(2 / 3)), ("position", 0.0),
+    ]  # fmt: skip
+    merged = json.loads((tmp_path / "all.json").read_text())
+    assert set(merged["paired_vs_full"]) == {"pask @ 0.33", "position @ 0.33"}
+    assert merged["paired_vs_full"]["position @ 0.33"]["only_b"] == 3
+    with pytest.raises(ConfigError, match="appears in two parts"):
+        merge_results([a, a], tmp_path / "twice")
 
 
 @pytest.mark.slow

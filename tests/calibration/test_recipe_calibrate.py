@@ -1,0 +1,30 @@
+"""CI runs the calibrate-from-your-agent recipe at smoke size on SmolLM2: a LangChain agent's
+recorded turns calibrate a table that the model then serves with."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from pask_agent.calibration.traces import read_traces
+from pask_agent.policy.table import PolicyTable
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "calibrate_from_your_agent.py"
+
+
+def test_calibrate_from_your_agent_recipe_on_smollm2(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("recipe_calibrate", RECIPE)
+    assert spec is not None and spec.loader is not None
+    recipe = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = recipe
+    spec.loader.exec_module(recipe)
+    out = recipe.main(["--model", "smollm2-135m", "--questions", "4", "--out", str(tmp_path)])
+    recorded = read_traces(tmp_path / "agent_traces.jsonl")
+    assert len(recorded) >= 4 and all(t.model.name == "smollm2-135m" for t in recorded)
+    table = PolicyTable.read(out["table"])
+    assert table.source == "calibrated" and table.model_id == "SmolLM2-135M-Instruct"
+    hashes = {t["path"] for t in table.calibration["traces"]}  # type: ignore[index]
+    assert hashes == {str(tmp_path / "cal.jsonl"), str(tmp_path / "dev.jsonl")}
+    assert out["tool_calls"], "the reloaded model still calls a tool"
+    assert 0 < out["measured_b"] < 1
