@@ -390,6 +390,8 @@ def _load(args: argparse.Namespace) -> SqlQuestionSet:
     if args.bird is not None:
         return load_bird_dev(args.bird, limit=args.limit)
     questions = load_sample_questions(split=args.split)
+    if args.db is not None:
+        questions = questions.select(db=args.db)
     if args.limit is not None:
         questions = SqlQuestionSet(questions.questions[: args.limit], questions.databases)
     if args.shard is not None:
@@ -427,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "--records", default=None, help="report earlier runs' JSONL files, comma-separated"
     )
     parser.add_argument("--shard", default=None, help="I/N: every N-th question from the I-th")
+    parser.add_argument("--db", default=None, help="one sample database's questions only")
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
     try:
@@ -442,11 +445,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"--candidates must be >= 1, got {k}")
         baseline = load_records(args.baseline) if args.baseline is not None else None
         if args.records is not None:  # re-report (shards merged, paired) without a model
-            records = [
-                r
-                for part in args.records.split(",")
-                for r in load_records(Path(part.strip()), first_config=False)
-            ]
+            merged: dict[tuple[str, str], SqlRecord] = {}
+            for part in args.records.split(","):  # shards; a question twice counts once
+                for r in load_records(Path(part.strip()), first_config=False):
+                    merged.setdefault((r.config, r.id), r)
+            records = list(merged.values())
             settings = {"records": args.records, "baseline": str(args.baseline)}
             write_results(args.out, records, settings, baseline)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")

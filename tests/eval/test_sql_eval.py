@@ -256,7 +256,7 @@ def test_shards_split_the_questions_and_merge_back(tmp_path: Path) -> None:
     from pask_agent.eval.sql_eval import _load
 
     def ids(shard: str | None) -> list[str]:
-        args = Namespace(bird=None, split="test", limit=None, shard=shard)
+        args = Namespace(bird=None, split="test", limit=None, shard=shard, db=None)
         return [q.id for q in _load(args).questions]
 
     everything, first, second = ids(None), ids("0/2"), ids("1/2")
