@@ -45,6 +45,7 @@ from pask_agent.calibration.frontier import (
 )
 from pask_agent.calibration.measure import TraceMeasurement
 from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
+from pask_agent.calibration.report import write_report
 from pask_agent.calibration.runner import TaskRunner
 from pask_agent.calibration.table_build import assemble_table, mismatch_report
 from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
@@ -354,8 +355,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         "stable_fraction": round(float(np.mean([m.stable_fraction for m in measurements])), 4),
         "mismatch": {"decode": mismatch_report(dec), "prefill": mismatch_report(pre)},
     }
-    config.report_path().parent.mkdir(parents=True, exist_ok=True)
-    config.report_path().write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    write_report(config.report_path(), report)
     return CalibrationResult(config.out, config.report_path(), wall, b_d, b_p, report)
 
 
