@@ -163,7 +163,7 @@ async def _decode_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pask_agent.calibration.calibrate import load_traces, model_identity, model_vocab_size
+    from pask_agent.calibration.inputs import load_traces, model_identity, model_vocab_size
     from pask_agent.eval.provenance import provenance
     from pask_agent.runtime.models import load_tokenizer
 

@@ -43,12 +43,20 @@ from pask_agent.calibration.frontier import (
     path_candidates,
     spread,
 )
+from pask_agent.calibration.inputs import (
+    Checkpoint,
+    count_lines,
+    file_digest,
+    load_traces,
+    model_identity,
+    model_vocab_size,
+)
 from pask_agent.calibration.measure import TraceMeasurement
 from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
 from pask_agent.calibration.report import write_report
 from pask_agent.calibration.runner import TaskRunner
 from pask_agent.calibration.table_build import assemble_table, mismatch_report
-from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
+from pask_agent.calibration.traces import Trace
 from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
@@ -130,91 +138,6 @@ def _threads_per_worker(workers: int) -> int:
     threads = max(1, (os.cpu_count() or 1) // workers)
     limit = os.environ.get("OMP_NUM_THREADS", "")
     return min(threads, int(limit)) if limit.isdigit() and int(limit) > 0 else threads
-
-
-def model_identity(name: str) -> ModelId:
-    """The identity traces must carry, without loading weights for a bundled model."""
-    from pask_agent.runtime.models import ALIASES, BUNDLED, resolve_model_dir
-
-    bundled = BUNDLED.get(ALIASES.get(name, name))
-    if bundled is not None and bundled.sha256:
-        return ModelId(bundled.name, bundled.sha256)
-
-    class _Loaded:
-        pass
-
-    loaded = _Loaded()
-    loaded.name, loaded.path = name, resolve_model_dir(name)  # type: ignore[attr-defined]
-    return ModelId.of(loaded)
-
-
-def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
-    """``(where, trace)`` for every line of every file, checked for model and outcome."""
-    out = []
-    for path in paths:
-        for i, trace in enumerate(read_traces(path, model=model), 1):
-            where = f"{path}:{i}"
-            if trace.ok is None:
-                raise TraceError(
-                    f"{where}: the trace has a 'reference' but no 'ok'; calibration needs each "
-                    "turn's outcome (record with `pask-agent traces record`, which scores it)"
-                )
-            if not trace.tools:
-                raise TraceError(f"{where}: a turn without tools has no structure to calibrate")
-            out.append((where, trace))
-    return out
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-class Checkpoint:
-    """Append-only JSONL of finished tasks, keyed by stage and trace; read back on resume.
-
-    Each line also records which run wrote it and that run's elapsed seconds, so a resumed
-    calibration reports the wall time of all its runs together (``prior_seconds``).
-    """
-
-    def __init__(self, path: Path, fingerprint: str) -> None:
-        self.path = path
-        self.fingerprint = fingerprint
-        self.done: dict[tuple[str, str], Any] = {}
-        self.run_id = os.urandom(6).hex()
-        self._started = time.perf_counter()
-        elapsed: dict[str, float] = {}
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line torn by a kill: that task runs again
-                if row.get("fingerprint") == fingerprint:
-                    self.done[(row["stage"], row["where"])] = row["result"]
-                    run = str(row.get("run", ""))
-                    elapsed[run] = max(elapsed.get(run, 0.0), float(row.get("elapsed", 0.0)))
-        self.prior_seconds = sum(elapsed.values())
-        self.prior_runs = len(elapsed)
-
-    def add(self, stage: str, where: str, result: Any) -> None:
-        self.done[(stage, where)] = result
-        line = json.dumps(
-            {
-                "fingerprint": self.fingerprint,
-                "stage": stage,
-                "where": where,
-                "run": self.run_id,
-                "elapsed": round(time.perf_counter() - self._started, 2),
-                "result": result,
-            }
-        )
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:
@@ -357,13 +280,6 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     }
     write_report(config.report_path(), report)
     return CalibrationResult(config.out, config.report_path(), wall, b_d, b_p, report)
-
-
-def model_vocab_size(model: str, tokenizer: Any) -> int:
-    from pask_agent.runtime.models import resolve_model_dir
-
-    cfg = json.loads((resolve_model_dir(model) / "config.json").read_text())
-    return int(cfg.get("vocab_size") or len(tokenizer))
 
 
 def _fingerprint(
@@ -514,7 +430,7 @@ def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
     return {
         "command": config.command or prov["command"],
         "traces": [
-            {"path": str(p), "sha256": file_digest(p), "n": _count_lines(p)}
+            {"path": str(p), "sha256": file_digest(p), "n": count_lines(p)}
             for p in (*config.traces, *config.dev)
         ],
         "wall_seconds": round(wall, 1),
@@ -524,8 +440,3 @@ def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
         "dtype": config.dtype,
         "workers": config.workers,
     }
-
-
-def _count_lines(path: Path) -> int:
-    with path.open(encoding="utf-8") as f:
-        return sum(1 for line in f if line.strip())

@@ -15,7 +15,8 @@ import pytest
 
 from pask_agent.calibration.agreement import Probe, ProbePolicy
 from pask_agent.calibration.buckets import DecodeKeys
-from pask_agent.calibration.calibrate import CalibrationConfig, calibrate, file_digest
+from pask_agent.calibration.calibrate import CalibrationConfig, calibrate
+from pask_agent.calibration.inputs import file_digest
 from pask_agent.calibration.measure import unshielded_prompt
 from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.calibration.teacher import H, Interventions, ModelParts, R, TraceContext

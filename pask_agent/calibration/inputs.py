@@ -1,0 +1,111 @@
+"""What a calibration reads and where it keeps its progress: trace files checked against the
+model, file digests, and the resumable checkpoint of finished tasks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
+
+
+def model_identity(name: str) -> ModelId:
+    """The identity traces must carry, without loading weights for a bundled model."""
+    from pask_agent.runtime.models import ALIASES, BUNDLED, resolve_model_dir
+
+    bundled = BUNDLED.get(ALIASES.get(name, name))
+    if bundled is not None and bundled.sha256:
+        return ModelId(bundled.name, bundled.sha256)
+
+    class _Loaded:
+        pass
+
+    loaded = _Loaded()
+    loaded.name, loaded.path = name, resolve_model_dir(name)  # type: ignore[attr-defined]
+    return ModelId.of(loaded)
+
+
+def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
+    """``(where, trace)`` for every line of every file, checked for model and outcome."""
+    out = []
+    for path in paths:
+        for i, trace in enumerate(read_traces(path, model=model), 1):
+            where = f"{path}:{i}"
+            if trace.ok is None:
+                raise TraceError(
+                    f"{where}: the trace has a 'reference' but no 'ok'; calibration needs each "
+                    "turn's outcome (record with `pask-agent traces record`, which scores it)"
+                )
+            if not trace.tools:
+                raise TraceError(f"{where}: a turn without tools has no structure to calibrate")
+            out.append((where, trace))
+    return out
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class Checkpoint:
+    """Append-only JSONL of finished tasks, keyed by stage and trace; read back on resume.
+
+    Each line also records which run wrote it and that run's elapsed seconds, so a resumed
+    calibration reports the wall time of all its runs together (``prior_seconds``).
+    """
+
+    def __init__(self, path: Path, fingerprint: str) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.done: dict[tuple[str, str], Any] = {}
+        self.run_id = os.urandom(6).hex()
+        self._started = time.perf_counter()
+        elapsed: dict[str, float] = {}
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line torn by a kill: that task runs again
+                if row.get("fingerprint") == fingerprint:
+                    self.done[(row["stage"], row["where"])] = row["result"]
+                    run = str(row.get("run", ""))
+                    elapsed[run] = max(elapsed.get(run, 0.0), float(row.get("elapsed", 0.0)))
+        self.prior_seconds = sum(elapsed.values())
+        self.prior_runs = len(elapsed)
+
+    def add(self, stage: str, where: str, result: Any) -> None:
+        self.done[(stage, where)] = result
+        line = json.dumps(
+            {
+                "fingerprint": self.fingerprint,
+                "stage": stage,
+                "where": where,
+                "run": self.run_id,
+                "elapsed": round(time.perf_counter() - self._started, 2),
+                "result": result,
+            }
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def model_vocab_size(model: str, tokenizer: Any) -> int:
+    from pask_agent.runtime.models import resolve_model_dir
+
+    cfg = json.loads((resolve_model_dir(model) / "config.json").read_text())
+    return int(cfg.get("vocab_size") or len(tokenizer))
+
+
+def count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as f:
+        return sum(1 for line in f if line.strip())
