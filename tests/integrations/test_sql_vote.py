@@ -141,9 +141,9 @@ def test_default_model_votes_over_linked_prompts_and_answers_right(default_model
     cases = [
         ("shop", "How many customers live in Germany?",
          "SELECT COUNT(*) FROM customers WHERE country = 'Germany'"),
-        ("library", "List the titles of the books written by Agatha Christie.",
-         "SELECT T1.title FROM books AS T1 INNER JOIN authors AS T2 ON T1.author_id = "
-         "T2.author_id WHERE T2.name = 'Agatha Christie'"),
+        ("shop", "Which products are supplied by suppliers based in Japan?",
+         "SELECT T1.name FROM products AS T1 INNER JOIN suppliers AS T2 ON T1.supplier_id = "
+         "T2.supplier_id WHERE T2.country = 'Japan'"),
     ]  # fmt: skip
 
     async def main() -> list[tuple[Any, Any]]:
