@@ -8,7 +8,7 @@ from pask_agent.policy.base import Demotion, Policy, PolicyEnv, RetentionView
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.h2o import H2OPolicy
 from pask_agent.policy.mikv import MiKVPolicy
-from pask_agent.policy.pask import PaskPolicy
+from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
 from pask_agent.policy.position import PositionPolicy
 from pask_agent.policy.registry import POLICIES, get_policy, register_policy
 from pask_agent.policy.snapkv import SnapKVPolicy
@@ -19,6 +19,7 @@ __all__ = [
     "Demotion",
     "FullPolicy",
     "H2OPolicy",
+    "HandWrittenPaskPolicy",
     "MiKVPolicy",
     "PaskPolicy",
     "Policy",

@@ -14,6 +14,7 @@ from pask_agent.policy.default_table import (
     DEFAULT_MODEL_ID,
     DEFAULT_TABLE_PATH,
     DEFAULT_TOKENIZER_SHA256,
+    HAND_WRITTEN_TABLE_PATH,
     build_default_table,
 )
 from pask_agent.policy.registry import PolicyRegistry
@@ -37,13 +38,30 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
     assert again.checksum() == json.loads(path.read_text())["checksum"]
 
 
-def test_committed_default_matches_builder() -> None:
-    committed = PolicyTable.load(
+def test_shipped_default_is_the_calibrated_table_of_the_shipped_traces() -> None:
+    from pask_agent.calibration.inputs import count_lines, file_digest
+
+    shipped = PolicyTable.load(
         DEFAULT_TABLE_PATH, model_id=DEFAULT_MODEL_ID, tokenizer_hash=DEFAULT_TOKENIZER_SHA256
+    )
+    assert shipped.source == "calibrated" and shipped.calibration is not None
+    root = DEFAULT_TABLE_PATH.parents[2]
+    for trace_file in shipped.calibration["traces"]:
+        path = root / trace_file["path"]
+        assert file_digest(path) == trace_file["sha256"], f"{path} changed since calibration"
+        assert count_lines(path) == trace_file["n"]
+    assert shipped.calibration["wall_seconds"] > 0 and shipped.calibration["cpu_count"] >= 1
+    assert 0 < shipped.budget_decode <= 1 and shipped.budget_total == 0.33
+    assert shipped.expected_output_tokens and shipped.expected_output_tokens > 0
+
+
+def test_committed_hand_written_fixture_matches_builder() -> None:
+    committed = PolicyTable.load(
+        HAND_WRITTEN_TABLE_PATH, model_id=DEFAULT_MODEL_ID, tokenizer_hash=DEFAULT_TOKENIZER_SHA256
     )
     built = build_default_table()
     assert committed == built
-    assert DEFAULT_TABLE_PATH.read_text() == built.to_json()
+    assert HAND_WRITTEN_TABLE_PATH.read_text() == built.to_json()
     assert committed.source == "hand-written"
     assert (committed.num_layers, committed.layer_boundaries) == (24, (8, 16))
     # The paper's protective intuition: dispatch keys keep H in every group, always.
