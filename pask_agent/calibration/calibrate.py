@@ -61,7 +61,7 @@ from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.planner import solve_prompt_budget
+from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
 
 
 @dataclass(frozen=True)
@@ -217,8 +217,11 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         )  # fmt: skip
     pflips = np.array([prefill_eval[w]["prefill"] for w, _ in dev], dtype=bool)
     prefill_errors = pflips.sum(axis=0) / len(dev)
+    realized, targets = _realized_prompt_budgets(
+        rows, prefill, dev_replayed, [per_trace[w] for w, _ in dev], costs, config
+    )
     pair_index, level_index = _prefill_choice(
-        rows, prefill_errors, pairs, pre, costs, config.alpha_prefill, config.budget is not None
+        rows, prefill_errors, realized, targets, config.alpha_prefill, config.budget is not None
     )
     if config.budget is not None:
         b_p = float(np.mean([per_trace[w][0] for w, _ in dev]))
@@ -271,6 +274,8 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
                 "pair": list(pairs[p][0]),
                 "budget": levels[lv],
                 "dev_error": round(float(prefill_errors[i]), 4),
+                "realized_b_p": round(float(realized[i]), 4),
+                "asked_b_p": round(float(targets[i]), 4),
             }
             for i, (p, lv) in enumerate(rows)
         ],
@@ -374,26 +379,48 @@ def _distinct_floors(pre: Sensitivity) -> list[tuple[tuple[float, float], np.nda
 def _prefill_choice(
     rows: Sequence[tuple[int, int]],
     errors: np.ndarray,
-    pairs: list[tuple[tuple[float, float], np.ndarray]],
-    pre: Sensitivity,
-    costs: PayloadCosts,
+    realized: np.ndarray,
+    targets: np.ndarray,
     alpha: float,
     fixed_budget: bool,
 ) -> tuple[int, int]:
-    """Fixed B: the pair with the fewest failures (ties: cheaper floors). Else: the cheapest
-    level within ``alpha``, then fewest failures, then cheaper floors."""
-    from pask_agent.calibration.frontier import nominal_cost
-
-    def floor_cost(p: int) -> float:
-        return nominal_cost(pairs[p][1], pre.tokens, costs)
-
+    """Among rows whose plans keep what they were asked to (floors do not push the prompt
+    past its ``B_P``): with a fixed ``B``, the fewest failures; else the cheapest level within
+    ``alpha``. Ties go to the cheaper realized plan. If no row fits, the cheapest one."""
+    fits = [i for i in range(len(rows)) if realized[i] <= targets[i] + 0.005]
+    if not fits:
+        return rows[int(np.argmin(realized))]
     if fixed_budget:
-        i = min(range(len(rows)), key=lambda i: (float(errors[i]), floor_cost(rows[i][0])))
+        i = min(fits, key=lambda i: (float(errors[i]), float(realized[i])))
         return rows[i]
-    ok = [i for i in range(len(rows)) if errors[i] <= alpha + 1e-12]
-    pool = ok or list(range(len(rows)))
-    i = min(pool, key=lambda i: (rows[i][1], float(errors[i]), floor_cost(rows[i][0])))
+    ok = [i for i in fits if errors[i] <= alpha + 1e-12] or fits
+    i = min(ok, key=lambda i: (rows[i][1], float(errors[i]), float(realized[i])))
     return rows[i]
+
+
+def _realized_prompt_budgets(
+    rows: Sequence[tuple[int, int]],
+    prefill: PrefillCandidates,
+    dev: list[ReplayedTrace],
+    budgets: list[list[float]],
+    costs: PayloadCosts,
+    config: CalibrationConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate row: the share of Full KV its plans keep on the development prompts, and
+    the share they were asked for (floors can make the first exceed the second)."""
+    realized, targets = np.zeros(len(rows)), np.zeros(len(rows))
+    for i, (pair, level) in enumerate(rows):
+        kept = full = asked = 0.0
+        for r, b in zip(dev, budgets, strict=True):
+            planner = PrefillPlanner.from_arrays(
+                prefill.floors[pair], prefill.floors[pair], prefill.priority, costs,
+                budget=min(1.0, max(0.0, b[level])), sinks=config.sinks, window=config.window,
+            )  # fmt: skip
+            plan = planner.plan_indices(r.prompt_labels)
+            kept, full = kept + plan.planned_bytes, full + plan.full_bytes
+            asked += float(plan.target_bytes)
+        realized[i], targets[i] = kept / full, asked / full
+    return realized, targets
 
 
 def _floor_costs(

@@ -53,9 +53,13 @@ def markdown(r: dict[str, Any]) -> str:
     for c in r["decode_candidates"]:
         lines.append(f"| {c['name']} | {c['cost']:.3f} | {_pct(c['dev_error'])} |")
     lines += ["", "## Prompt candidates (decode all H)", "",
-              "| threshold pair | B (or B_P) | dev failures (%) |", "|---|---|---|"]  # fmt: skip
+              "| threshold pair | B (or B_P) | B_P asked | B_P its plans keep | dev failures (%) |",
+              "|---|---|---|---|---|"]  # fmt: skip
     for c in r["prefill_candidates"]:
-        lines.append(f"| {c['pair']} | {c['budget']} | {_pct(c['dev_error'])} |")
+        lines.append(
+            f"| {c['pair']} | {c['budget']} | {c.get('asked_b_p', '–')} | "
+            f"{c.get('realized_b_p', '–')} | {_pct(c['dev_error'])} |"
+        )
     for stage in ("decode", "prefill"):
         lines += ["", f"## Runtime-V and Runtime-D, {stage} buckets", "",
                   "| bucket | group | tokens | V̄(L) % | V̄(R) % | D(L) | D(R) |",
