@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -100,6 +100,21 @@ class PaskSession:
         )
 
 
+def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> dict[str, Any]:
+    """A session's controller, planner and budgets for one table (PASK and its ablations
+    differ only in the decode lookup)."""
+    total, b_d = stage_budgets(table, env.budget)
+    return {
+        "controller": DecodeController(table, env.costs, budget=b_d, lookup=lookup),
+        "planner": PrefillPlanner(table, env.costs, budget=total),
+        "budget": total,
+        "budget_decode": b_d,
+        "expected_answer": table.expected_output_tokens,
+        "sinks": env.sinks,
+        "window": env.window,
+    }
+
+
 def stage_budgets(table: PolicyTable, budget: float | None) -> tuple[Fraction, Fraction]:
     """``(B, B_D)`` for a request: the asked total (the table's own when None) and the decode
     budget ``max(table B_D, B)``."""
@@ -156,16 +171,7 @@ class PaskPolicy(Policy):
         table = self.resolved_table(env)
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)
-        total, b_d = stage_budgets(table, env.budget)
-        return PaskSession(
-            DecodeController(table, env.costs, budget=b_d, lookup=self._lookup["decode"]),
-            PrefillPlanner(table, env.costs, budget=total),
-            budget=total,
-            budget_decode=b_d,
-            expected_answer=table.expected_output_tokens,
-            sinks=env.sinks,
-            window=env.window,
-        )
+        return PaskSession(**session_parts(table, env, self._lookup["decode"]))
 
 
 @register_policy("pask_hand")

@@ -19,9 +19,8 @@ from typing import Any
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
-from pask_agent.policy.controller import DEFAULT_KEY, DecodeController, DecodeLookup, compile_bucket
-from pask_agent.policy.pask import PaskPolicy, PaskSession, stage_budgets
-from pask_agent.policy.planner import PrefillPlanner
+from pask_agent.policy.controller import DEFAULT_KEY, DecodeLookup, compile_bucket
+from pask_agent.policy.pask import PaskPolicy, PaskSession, session_parts
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import DecodeEntry, PolicyTable
 
@@ -99,16 +98,9 @@ class PositionPolicy(Policy):
         if "table" not in self._cache:
             self._cache["table"] = PaskPolicy(self.table).resolved_table()
             self._cache["lookup"] = position_lookup(self._cache["table"], self.bins)
-        table = self._cache["table"]
-        total, b_d = stage_budgets(table, env.budget)
+        parts = session_parts(self._cache["table"], env, self._cache["lookup"])
         return PositionSession(
-            DecodeController(table, env.costs, budget=b_d, lookup=self._cache["lookup"]),
-            PrefillPlanner(table, env.costs, budget=total),
-            budget=total,
-            budget_decode=b_d,
-            expected_answer=table.expected_output_tokens,
-            sinks=env.sinks,
-            window=env.window,
+            **parts,
             bins=self.bins,
             expected_tokens=self.expected_tokens,
         )

@@ -30,7 +30,7 @@ from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy import POLICIES, PolicyEnv, RetentionView, get_policy
 from pask_agent.policy.actions import Action
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.pask import LabelRules
+from pask_agent.policy.pask import LabelRules, PaskPolicy
 from pask_agent.policy.position import PositionPolicy, bin_rule
 from pask_agent.policy.scored import ScoredSession, accumulated_mass, recency
 from pask_agent.policy.snapkv import pool_scores
@@ -161,7 +161,8 @@ def test_policy_invariants(
 def _assert_prompt_floors(
     policy: Any, labels: list[str], held: list[tuple[list[int], list[int]]]
 ) -> None:
-    rules = LabelRules.from_table(policy.resolved_table())
+    owner = policy if isinstance(policy, PaskPolicy) else PaskPolicy(policy.table)
+    rules = LabelRules.from_table(owner.resolved_table())
     index = {label: i for i, label in enumerate(SPAN_LABELS)}
     checked = 0
     for t, label in enumerate(labels):
