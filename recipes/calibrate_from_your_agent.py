@@ -113,7 +113,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     reply = served.invoke(QUESTIONS[0])
     kv = reply.response_metadata["kv"]
     print(f"with the calibrated table: {reply.tool_calls[:1]}  measured B {kv['measured_b']:.3f}")
-    return {"table": table, "tool_calls": reply.tool_calls, "measured_b": kv["measured_b"]}
+    return {
+        "table": table,
+        "tool_calls": reply.tool_calls,
+        "text": reply.content,
+        "finish": reply.response_metadata.get("finish_reason"),
+        "measured_b": kv["measured_b"],
+    }
 
 
 if __name__ == "__main__":

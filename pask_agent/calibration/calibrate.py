@@ -193,7 +193,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         flips = np.array([decode_eval[w]["decode"] for w, _ in dev], dtype=bool)
         decode_errors = flips.sum(axis=0) / len(dev)
         chosen = _cheapest_within(candidates, decode_errors, config.alpha_decode)
-        b_d = round(chosen.cost + 5e-5, 4)  # rounded up: the ledger never starves the plan
+        b_d = min(1.0, round(chosen.cost + 5e-5, 4))  # rounded up: the ledger never starves it
         expected = float(np.mean([r.output_len for r in dev_replayed]))
         # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
         pairs = _distinct_floors(pre)
