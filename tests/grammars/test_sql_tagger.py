@@ -28,7 +28,7 @@ def tokenizer() -> Any:
 
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, SqlSchema]:
-    return {db: SqlSchema.from_sqlite(DATA / f"{db}.sqlite") for db in ("shop", "school")}
+    return {path.stem: SqlSchema.from_sqlite(path) for path in sorted(DATA.glob("*.sqlite"))}
 
 
 @pytest.fixture(scope="module")
