@@ -15,7 +15,7 @@ import pytest
 from pask_agent.errors import RequestTooLargeError
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
-from pask_agent.policy.pask import PaskPolicy
+from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
 from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
 from pask_agent.runtime.models import LoadedModel, load_tokenizer
 from pask_agent.runtime.outputs import TEXT
@@ -76,7 +76,9 @@ def test_pask_admits_more_than_full_into_the_same_capacity(tiny, n_full: int) ->
     probe = Engine(tiny)
     capacity = n_full * _full_demand(probe, len(ids))
     config = RuntimeConfig(kv_capacity_bytes=capacity, prefill_chunk_tokens=64)
-    pask = PaskPolicy(allow_transfer=True)  # the shipped table is the default model's
+    # The hand-written table (B_D = 0.33) pins the numbers this mechanism test was written
+    # for; the calibrated table decodes at B_D = 0.513 and reserves 0.54 of Full KV here.
+    pask = HandWrittenPaskPolicy(allow_transfer=True)  # the table is the default model's
 
     full_engine = Engine(tiny, config)
     reqs = [_request(full_engine, FullPolicy(), ids, labels) for _ in range(2 * n_full)]
@@ -128,7 +130,7 @@ def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
 def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:
     ids, labels = _prompt(tiny)
     probe = Engine(tiny)
-    pask = PaskPolicy(allow_transfer=True)
+    pask = HandWrittenPaskPolicy(allow_transfer=True)
     demand, _ = probe.demand_bytes(_session(probe, pask), labels, NEW)
     full = _full_demand(probe, len(ids))
     assert demand < full / 2  # what PASK keeps at 0.33, window and reserve included
