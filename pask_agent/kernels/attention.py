@@ -95,9 +95,7 @@ def mixed_attention_ref(
 
     This is also the CPU production path: a Python loop over sequences and low-pool blocks,
     batched matmuls over gathered rows everywhere else, fp32 throughout. The gathers and the
-    INT4 unpacking run once for the whole batch (``HOIST_ROWS``); the loop then only slices,
-    and each sequence's keys form one block with one plain softmax (the online softmax over
-    blocks is for batches past that bound).
+    INT4 unpacking run once for the whole batch (``HOIST_ROWS``); the loop only slices.
 
     Parameters
     ----------
@@ -158,27 +156,11 @@ def mixed_attention_ref(
         qg = q[t0:t1].float().reshape(n_q, n_kvh, group, dim).permute(1, 2, 0, 3)
         qg = qg.reshape(n_kvh, group * n_q, dim)
         rows_pos = q_pos[t0:t1].repeat(group)  # [G*Tb]
-        h0, h1, l0, l1 = h_off[b], h_off[b + 1], l_off[b], l_off[b + 1]
-        if hoist:
-            # every key of the sequence is already fp32: one block, one plain softmax
-            k = torch.cat((all_hk[h0:h1], all_lk[l0:l1], cur_kf[t0:t1])).transpose(0, 1)
-            v = torch.cat((all_hv[h0:h1], all_lv[l0:l1], cur_vf[t0:t1])).transpose(0, 1)
-            k_pos = torch.cat((high.positions[h0:h1], low.positions[l0:l1], q_pos[t0:t1]))
-            p = torch.softmax(_scores(qg, rows_pos, k, k_pos, scale), dim=-1)  # [Hkv, R, N]
-            o = torch.matmul(p, v)  # [Hkv, G*Tb, D]
-            out[t0:t1] = (
-                o.reshape(n_kvh, group, n_q, dim).permute(2, 0, 1, 3).reshape(n_q, n_qh, dim)
-            )
-            if return_key_scores:
-                mass = p.sum(dim=1).transpose(0, 1)  # [N, Hkv]
-                mid = h1 - h0 + l1 - l0
-                mass_high[h0:h1], mass_low[l0:l1] = mass[: h1 - h0], mass[h1 - h0 : mid]
-                mass_cur[t0:t1] = mass[mid:]
-            continue
         state = _OnlineSoftmax(n_kvh, group * n_q, dim, q.device)
         kept: list[tuple[torch.Tensor, torch.Tensor, int]] = []  # (mass target, scores, start)
 
         # the high rows and the current chunk form one block: keys [Hkv, Nh + Tb, D]
+        h0, h1 = h_off[b], h_off[b + 1]
         if hoist:
             hk, hv = all_hk[h0:h1], all_hv[h0:h1]
         else:
@@ -193,6 +175,7 @@ def mixed_attention_ref(
             kept.append((mass_high, s[..., : h1 - h0], h0))
             kept.append((mass_cur, s[..., h1 - h0 :], t0))
 
+        l0, l1 = l_off[b], l_off[b + 1]
         if l1 > l0 and not hoist:
             # gather the packed bytes once (cheap: D/2 bytes a row), dequantize block by block
             idx = low.slots[l0:l1]
