@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
@@ -22,12 +23,7 @@ def model_identity(name: str) -> ModelId:
     if bundled is not None and bundled.sha256:
         return ModelId(bundled.name, bundled.sha256)
 
-    class _Loaded:
-        pass
-
-    loaded = _Loaded()
-    loaded.name, loaded.path = name, resolve_model_dir(name)  # type: ignore[attr-defined]
-    return ModelId.of(loaded)
+    return ModelId.of(SimpleNamespace(name=name, path=resolve_model_dir(name)))
 
 
 def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:

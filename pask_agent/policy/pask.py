@@ -72,7 +72,6 @@ class PaskSession:
     expected_answer: float | None = None
     sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
     window: int = 0
-    last_prompt_budget: float = field(default=1.0, init=False)
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         n = len(labels)
@@ -83,7 +82,6 @@ class PaskSession:
                 float(self.budget), float(self.budget_decode), n, self.expected_answer,
                 self.window,
             )  # fmt: skip
-        self.last_prompt_budget = b_p
         plan = self.planner.plan(labels, protected=protected, budget=b_p)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
 
