@@ -174,19 +174,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, required=True, help="results stem (.json and .md)")
+    ap.add_argument(
+        "--rescore",
+        type=Path,
+        help="an earlier report (.json): keep its pairs and free-running answers, and replay "
+        "only the proxy with the current code (after a change to the flip rule)",
+    )
     args = ap.parse_args(argv)
     traces = load_traces([args.traces], model_identity(args.model))
     tokenizer = load_tokenizer(args.model)
     replayer = TraceReplayer(tokenizer, model_vocab_size(args.model, tokenizer))
     keys = DecodeKeys.choose([r for r in (replayer.replay(t, where=w) for w, t in traces) if r.ok])
-    chosen = choose_pairs(args.checkpoint, traces, args.pairs, args.seed)
     by_where = dict(traces)
-    outputs = anyio.run(_decode_all, args.model, chosen, by_where, keys)
-    rows = []
-    for (where, probe, proxy), text in zip(chosen, outputs, strict=True):
-        changed = _normalized(text) != _normalized(by_where[where].output)
-        rows.append({"trace": where, "probe": probe.name, "proxy_flip": proxy,
-                     "free_running_changed": changed, "output": text})  # fmt: skip
+    if args.rescore is not None:
+        rows = rescore(args.rescore, by_where, keys, args.model)
+    else:
+        chosen = choose_pairs(args.checkpoint, traces, args.pairs, args.seed)
+        outputs = anyio.run(_decode_all, args.model, chosen, by_where, keys)
+        rows = []
+        for (where, probe, proxy), text in zip(chosen, outputs, strict=True):
+            changed = _normalized(text) != _normalized(by_where[where].output)
+            rows.append({"trace": where, "probe": probe.name, "proxy_flip": proxy,
+                         "free_running_changed": changed, "output": text})  # fmt: skip
     report = summarize(rows)
     report.update(provenance())
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -196,6 +205,26 @@ def main(argv: list[str] | None = None) -> int:
     args.out.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
     print(markdown(report))
     return 0
+
+
+def rescore(
+    earlier: Path, by_where: dict[str, Trace], keys: DecodeKeys, model: str
+) -> list[dict[str, Any]]:
+    """The earlier report's pairs, each with the proxy verdict the current code gives it (and
+    the verdict it had, as ``proxy_flip_before``)."""
+    from pask_agent.calibration.worker import ReplayWorker, WorkerSpec
+    from pask_agent.errors import ConfigError
+
+    pairs = json.loads(earlier.read_text(encoding="utf-8"))["pairs"]
+    missing = sorted({p["trace"] for p in pairs} - set(by_where))
+    if missing:
+        raise ConfigError(f"{earlier}: pairs name traces not in --traces: {missing[:3]}")
+    worker = ReplayWorker(WorkerSpec(model, "bfloat16", 4, 16, 0.01))
+    rows = []
+    for pair in sorted(pairs, key=lambda p: p["trace"]):
+        flip = worker.probe(by_where[pair["trace"]], pair["trace"], keys, pair["probe"])
+        rows.append({**pair, "proxy_flip_before": pair["proxy_flip"], "proxy_flip": flip})
+    return rows
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from pask_agent.calibration.frontier import (
     THRESHOLD_PAIRS,
     Candidate,
     Sensitivity,
+    breadth_first,
     greedy_path,
     path_candidates,
     spread,
@@ -183,6 +185,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         dec = Sensitivity.aggregate(measurements, "decode", keys.size)
         pre = Sensitivity.aggregate(measurements, "prefill", len(SPAN_LABELS))
         dev_tokens = _dev_decode_tokens(dev_replayed, keys)
+        weights = group_weights([t.group for _, t in dev])
         # ---- 2. decode candidates on the development traces (prompt all H)
         candidates = _decode_candidates(dec, dev_tokens, costs, config.candidates_per_path)
         maps = [c.actions for c in candidates]
@@ -191,13 +194,12 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
             lambda w, t: ("evaluate", (t, w, keys, maps, None, None)),
         )  # fmt: skip
         flips = np.array([decode_eval[w]["decode"] for w, _ in dev], dtype=bool)
-        decode_errors = flips.sum(axis=0) / len(dev)
+        decode_errors = weights @ flips
         chosen = _cheapest_within(candidates, decode_errors, config.alpha_decode)
         b_d = min(1.0, round(chosen.cost + 5e-5, 4))  # rounded up: the ledger never starves it
         expected = float(np.mean([r.output_len for r in dev_replayed]))
         # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
-        pairs = _distinct_floors(pre)
-        priority = pre.upgrade_scores(costs)
+        pairs = _prompt_candidates(pre, costs)
         if config.budget is not None:
             levels = (config.budget,)
             per_trace = {
@@ -209,25 +211,26 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
             per_trace = {w: list(levels) for w, _ in dev}
         rows = tuple((p, lv) for p in range(len(pairs)) for lv in range(len(levels)))
         prefill = PrefillCandidates(
-            tuple(f for _, f in pairs), priority, tuple(levels), rows
+            tuple(c.floors for c in pairs), tuple(c.priority for c in pairs), tuple(levels), rows
         )  # fmt: skip
         prefill_eval = _run_stage(
             runner, checkpoint, "dev-prefill", dev, config.progress,
             lambda w, t: ("evaluate", (t, w, keys, [], prefill, per_trace[w])),
         )  # fmt: skip
     pflips = np.array([prefill_eval[w]["prefill"] for w, _ in dev], dtype=bool)
-    prefill_errors = pflips.sum(axis=0) / len(dev)
+    prefill_errors = weights @ pflips
     realized, targets = _realized_prompt_budgets(
         rows, prefill, dev_replayed, [per_trace[w] for w, _ in dev], costs, config
     )
     pair_index, level_index = _prefill_choice(
-        rows, prefill_errors, realized, targets, config.alpha_prefill, config.budget is not None
-    )
+        rows, prefill_errors, realized, targets, config.alpha_prefill, config.budget is not None,
+        [pairs[p].order != "distortion" for p, _ in rows],
+    )  # fmt: skip
     if config.budget is not None:
         b_p = float(np.mean([per_trace[w][0] for w, _ in dev]))
     else:
         b_p = float(levels[level_index])
-    prefill_floors = pairs[pair_index][1]
+    prefill_floors, priority = pairs[pair_index].floors, pairs[pair_index].priority
     # ---- 4. reserve from the reference deficits under the chosen decode floors
     answers = [_floor_costs(r, keys, chosen.floors, costs) for r in cal_replayed + dev_replayed]
     budgets = sorted({0.25, 0.33, 0.5, 0.75, 1.0, b_d})
@@ -235,6 +238,9 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     wall = checkpoint.prior_seconds + time.perf_counter() - started
     record = _record(config, wall)
     record["runs"] = checkpoint.prior_runs + 1
+    picked = pairs[pair_index]
+    table_record = {**record, "prefill_choice": f"tau={picked.pair[0]:g}/{picked.pair[1]:g} "
+                    f"{picked.order} order"}  # fmt: skip
     table = assemble_table(
         model_name=config.model,
         tokenizer=tokenizer,
@@ -252,7 +258,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         budget_total=config.budget,
         expected_output_tokens=round(expected, 2),
         config=config,
-        record=record,
+        record=table_record,
     )
     table.save(config.out)
     report = {
@@ -271,7 +277,8 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         "decode_choice": {"name": chosen.name, "budget_decode": b_d},
         "prefill_candidates": [
             {
-                "pair": list(pairs[p][0]),
+                "pair": list(pairs[p].pair),
+                "order": pairs[p].order,
                 "budget": levels[lv],
                 "dev_error": round(float(prefill_errors[i]), 4),
                 "realized_b_p": round(float(realized[i]), 4),
@@ -279,7 +286,14 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
             }
             for i, (p, lv) in enumerate(rows)
         ],
-        "prefill_choice": {"pair": list(pairs[pair_index][0]), "budget_prefill": round(b_p, 4)},
+        "prefill_choice": {
+            "pair": list(pairs[pair_index].pair),
+            "order": pairs[pair_index].order,
+            "budget_prefill": round(b_p, 4),
+        },
+        "dev_groups": dict(sorted(Counter(t.group for _, t in dev).items())),
+        "decode_choice_by_group": _by_group(dev, flips[:, candidates.index(chosen)]),
+        "prefill_choice_by_group": _by_group(dev, pflips[:, rows.index((pair_index, level_index))]),
         "stable_fraction": round(float(np.mean([m.stable_fraction for m in measurements])), 4),
         "mismatch": {"decode": mismatch_report(dec), "prefill": mismatch_report(pre)},
     }
@@ -303,6 +317,9 @@ def _fingerprint(
             "keys": keys.keys,
             "budget": config.budget,
             "per_path": config.candidates_per_path,
+            # what a checkpoint's verdicts mean: v2 = re-tokenizations are not flips, and
+            # development errors weigh trace groups equally
+            "proxy": 2,
             "levels": config.prefill_levels,
             "alpha": [config.alpha_decode, config.alpha_prefill],
             "n": [len(cal), len(dev)],
@@ -367,13 +384,41 @@ def _cheapest_within(
     return candidates[best]
 
 
-def _distinct_floors(pre: Sensitivity) -> list[tuple[tuple[float, float], np.ndarray]]:
-    out: list[tuple[tuple[float, float], np.ndarray]] = []
-    for pair in THRESHOLD_PAIRS:
-        floors = pre.floors(*pair)
-        if not any(np.array_equal(floors, f) for _, f in out):
-            out.append((pair, floors))
+@dataclass(frozen=True)
+class PromptCandidate:
+    """Floors from one threshold pair, and the order the planner raises tokens above them."""
+
+    pair: tuple[float, float]
+    order: str  # "distortion" (paper: D reduction per byte) | "breadth" (every R→L first)
+    floors: np.ndarray  # int8 [labels, 3]
+    priority: np.ndarray  # [labels, 3, 2]
+
+
+def _prompt_candidates(pre: Sensitivity, costs: PayloadCosts) -> list[PromptCandidate]:
+    scores = pre.upgrade_scores(costs)
+    orders = {"distortion": scores, "breadth": breadth_first(scores)}
+    out: list[PromptCandidate] = []
+    for order, priority in orders.items():
+        for pair in THRESHOLD_PAIRS:
+            floors = pre.floors(*pair)
+            if not any(c.order == order and np.array_equal(floors, c.floors) for c in out):
+                out.append(PromptCandidate(pair, order, floors, priority))
     return out
+
+
+def group_weights(groups: Sequence[str]) -> np.ndarray:
+    """Per-trace weights summing to 1 that give every group the same total weight."""
+    names, index, counts = np.unique(np.asarray(groups, dtype=object).astype(str),
+                                     return_inverse=True, return_counts=True)  # fmt: skip
+    return 1.0 / (len(names) * counts[index])
+
+
+def _by_group(dev: list[tuple[str, Trace]], failed: np.ndarray) -> dict[str, float]:
+    """Failure rate within each development group (share of that group's traces)."""
+    groups = np.array([t.group for _, t in dev], dtype=object)
+    return {
+        str(g): round(float(failed[groups == g].mean()), 4) for g in sorted(set(groups.tolist()))
+    }
 
 
 def _prefill_choice(
@@ -383,18 +428,21 @@ def _prefill_choice(
     targets: np.ndarray,
     alpha: float,
     fixed_budget: bool,
+    alternative: Sequence[bool],
 ) -> tuple[int, int]:
     """Among rows whose plans keep what they were asked to (floors do not push the prompt
     past its ``B_P``): with a fixed ``B``, the fewest failures; else the cheapest level within
-    ``alpha``. Ties go to the cheaper realized plan. If no row fits, the cheapest one."""
+    ``alpha``. On a tie the paper's upgrade order beats an ``alternative`` one (which must
+    win on development traces to be used), then the cheaper realized plan. If no row fits,
+    the cheapest one."""
     fits = [i for i in range(len(rows)) if realized[i] <= targets[i] + 0.005]
     if not fits:
         return rows[int(np.argmin(realized))]
     if fixed_budget:
-        i = min(fits, key=lambda i: (float(errors[i]), float(realized[i])))
+        i = min(fits, key=lambda i: (float(errors[i]), alternative[i], float(realized[i])))
         return rows[i]
     ok = [i for i in fits if errors[i] <= alpha + 1e-12] or fits
-    i = min(ok, key=lambda i: (rows[i][1], float(errors[i]), float(realized[i])))
+    i = min(ok, key=lambda i: (rows[i][1], float(errors[i]), alternative[i], float(realized[i])))
     return rows[i]
 
 
@@ -413,7 +461,7 @@ def _realized_prompt_budgets(
         kept = full = asked = 0.0
         for r, b in zip(dev, budgets, strict=True):
             planner = PrefillPlanner.from_arrays(
-                prefill.floors[pair], prefill.floors[pair], prefill.priority, costs,
+                prefill.floors[pair], prefill.floors[pair], prefill.priorities[pair], costs,
                 budget=min(1.0, max(0.0, b[level])), sinks=config.sinks, window=config.window,
             )  # fmt: skip
             plan = planner.plan_indices(r.prompt_labels)

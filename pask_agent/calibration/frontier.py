@@ -92,6 +92,23 @@ class Sensitivity:
         return scores
 
 
+def breadth_first(scores: np.ndarray) -> np.ndarray:
+    """The same upgrade order within each move, but every R→L before any L→H.
+
+    Distortion per byte can rank a whole layer group's R→L last (INT4 of low layers' outlier
+    keys distorts attention more than dropping the key does), so a tight prompt budget drops
+    that group entirely while others are raised to BF16. This order keeps every token at
+    least INT4 before anything is held in BF16, and drops first what distortion ranks last;
+    development traces decide between it and :meth:`Sensitivity.upgrade_scores`.
+    """
+    out = np.zeros_like(scores, dtype=np.float64)
+    for move, offset in ((0, 1.0), (1, 0.0)):
+        s = scores[..., move]
+        top = float(np.abs(s).max()) if s.size else 0.0
+        out[..., move] = offset + (s / (2 * top) if top > 0 else 0.0)
+    return out
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One controller: its floors (which τ pair) and base action map, with nominal cost."""

@@ -172,6 +172,30 @@ def _probe_group(
             out.flipped[probe_name(stage, b, group, "L")] = bool(f)
 
 
+def probe_flipped(
+    ctx: TraceContext, decode_bucket: np.ndarray, stage: str, bucket: int, group: int, action: str
+) -> bool:
+    """Runtime-V's verdict for one probe on one trace (what :func:`measure_trace` records for
+    it), replayed alone: used to re-score stored pairs when the flip rule changes."""
+    tr = ctx.trace
+    n_t, w = tr.output_len, ctx.window
+    a = ACTIONS[action]
+    start = ctx.parts.groups.layers_of(group)[0]
+    if stage == "decode":
+        rows = np.full((2, 3, n_t), H, np.int8)
+        hit = decode_bucket == bucket
+        rows[1, group, hit] = a
+        reach = np.arange(n_t) + w + 1
+        first = int(reach[hit].min()) if hit.any() else n_t
+        batch = Interventions(None, rows, start, min(first, n_t))
+    else:
+        free = unshielded_prompt(tr.prompt_len, ctx.sinks, w)
+        rows = np.full((2, 3, tr.prompt_len), H, np.int8)
+        rows[1, group, free & (tr.prompt_labels == bucket)] = a
+        batch = Interventions(rows, None, start, 0)
+    return bool(ctx.run(batch).flipped[1])
+
+
 def unshielded_prompt(n_p: int, sinks: int, window: int) -> np.ndarray:
     free = np.ones(n_p, dtype=bool)
     free[:sinks] = False

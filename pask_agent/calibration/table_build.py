@@ -132,7 +132,11 @@ def assemble_table(
             "expected_output_tokens": expected_output_tokens,
             "calibration": {
                 **record,
-                "selected": {"decode": chosen.name, "prefill_budget": budget_prefill},
+                "selected": {
+                    "decode": chosen.name,
+                    "prefill": record.pop("prefill_choice", ""),
+                    "prefill_budget": budget_prefill,
+                },
                 "carried_over": carried,
             },
         }

@@ -107,6 +107,30 @@ class ModelParts:
         return q, k, attn.v_proj(x).view(shape)
 
 
+def answer_keys(candidates: list[list[str]], continuations: list[str]) -> np.ndarray:
+    """``[T, K]`` ids such that two candidates of a decision share an id iff choosing either
+    leaves the answer's text unchanged, as far as that one decision can tell.
+
+    ``candidates[t]`` are the texts of decision ``t``'s candidates, the recorded choice first;
+    ``continuations[t]`` is the recorded text from that choice on. Two kinds of difference are
+    not changes: whitespace only (JSON ignores it), and a candidate whose text starts the
+    recorded continuation (``"}}"`` where ``"}},"`` was recorded, ``"cal"`` where ``"calc"``
+    was): the same text split into other tokens, which free-running decoding completes the
+    same way. Measured on 200 (trace, probe) pairs: 34 of the 38 proxy flips that free-running
+    decoding did not confirm were such re-tokenizations, against 3 of the 62 it did confirm
+    (results/calibration_agreement.md).
+    """
+    keys = np.zeros((len(candidates), len(candidates[0]) if candidates else 0), dtype=np.int64)
+    for t, texts in enumerate(candidates):
+        seen: dict[str, int] = {}
+        for j, piece in enumerate(texts):
+            if j > 0 and piece and continuations[t].startswith(piece):
+                keys[t, j] = keys[t, 0]
+            else:
+                keys[t, j] = seen.setdefault(piece.strip(), len(seen))
+    return keys
+
+
 @dataclass(frozen=True)
 class Interventions:
     """A batch of interventions on one trace (row 0 must be the all-H control).
@@ -261,14 +285,12 @@ class TraceContext:
         self.cand = cand
         self.cand_weight = parts.lm_head_weight[cand]  # [T, K, d]
         self.valid = valid
-        # Whitespace-only differences do not change a JSON answer.
         text = self._token_text or (lambda i: str(i))
-        keys = np.zeros((n_t, k), dtype=np.int64)
-        for t in range(n_t):
-            seen: dict[str, int] = {}
-            for j in range(k):
-                keys[t, j] = seen.setdefault(text(int(cand[t, j])).strip(), len(seen))
-        self.cand_text = keys
+        pieces = [text(int(i)) for i in tr.output_ids]
+        continuations = ["".join(pieces[t + 1 :]) for t in range(n_t)]
+        self.cand_text = answer_keys(
+            [[text(int(i)) for i in row] for row in cand.tolist()], continuations
+        )
         # Of the decisions with a choice, the share whose control argmax is the recorded token.
         self.stable_fraction = float(valid.sum()) / max(1, contested)
 

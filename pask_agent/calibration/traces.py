@@ -88,6 +88,17 @@ class Trace:
     id: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def group(self) -> str:
+        """The slice of the workload this turn belongs to (BFCL category, SQL difficulty):
+        a top-level ``"group"`` field, else the reference's ``category``; ``""`` if neither.
+
+        Development failure rates weigh every group equally, as a benchmark that averages
+        over categories does, so a rare but fragile kind of turn is not outvoted."""
+        ref = self.reference or {}
+        group = self.extra.get("group") or ref.get("category") or ""
+        return str(group)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id} if self.id else {}
         out["messages"] = [dict(m) for m in self.messages]

@@ -15,7 +15,12 @@ import numpy as np
 import torch
 
 from pask_agent.calibration.buckets import DecodeKeys
-from pask_agent.calibration.measure import evaluate_candidates, measure_trace, trace_counts
+from pask_agent.calibration.measure import (
+    evaluate_candidates,
+    measure_trace,
+    probe_flipped,
+    trace_counts,
+)
 from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.calibration.teacher import ModelParts, TraceContext
 from pask_agent.calibration.traces import Trace
@@ -39,13 +44,13 @@ class WorkerSpec:
 
 @dataclass(frozen=True)
 class PrefillCandidates:
-    """Prompt-side candidates: per threshold pair its floors and priorities, and the prompt
+    """Prompt-side candidates: each one's floors and upgrade priorities, and the prompt
     budgets ``B_P`` to plan each at (a list per trace: one per candidate row)."""
 
-    floors: tuple[np.ndarray, ...]  # int8 [labels, 3] per pair
-    priority: np.ndarray  # [labels, 3, 2], shared by all pairs
+    floors: tuple[np.ndarray, ...]  # int8 [labels, 3] per candidate
+    priorities: tuple[np.ndarray, ...]  # [labels, 3, 2] per candidate
     budgets: tuple[float, ...]  # one per level
-    rows: tuple[tuple[int, int], ...]  # (pair index, level index) per candidate row
+    rows: tuple[tuple[int, int], ...]  # (candidate index, level index) per candidate row
 
 
 class ReplayWorker:
@@ -111,6 +116,12 @@ class ReplayWorker:
         result = measure_trace(ctx, keys.of_trace(ctx.trace), keys.size)
         return result.to_json()
 
+    def probe(self, trace: Trace, where: str, keys: DecodeKeys, name: str) -> bool:
+        """Runtime-V's verdict for one probe (``stage:bucket:group:L|R``) on one trace."""
+        stage, bucket, group, action = name.split(":")
+        ctx = self.context(trace, where, keep=True)
+        return probe_flipped(ctx, keys.of_trace(ctx.trace), stage, int(bucket), int(group), action)
+
     def evaluate(
         self,
         trace: Trace,
@@ -132,9 +143,10 @@ class ReplayWorker:
         plans = []
         if prefill is not None:
             budgets = prompt_budgets or list(prefill.budgets)
-            for pair, level in prefill.rows:
+            for cand, level in prefill.rows:
                 planner = PrefillPlanner.from_arrays(
-                    prefill.floors[pair], prefill.floors[pair], prefill.priority, self.costs,
+                    prefill.floors[cand], prefill.floors[cand], prefill.priorities[cand],
+                    self.costs,
                     budget=min(1.0, max(0.0, budgets[level])), sinks=self.spec.sinks,
                     window=self.spec.window,
                 )  # fmt: skip

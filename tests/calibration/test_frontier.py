@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pask_agent.calibration.calibrate import group_weights
 from pask_agent.calibration.deficits import fit_reserve, left_quantile, lookahead_deficits
 from pask_agent.calibration.frontier import (
     Sensitivity,
+    breadth_first,
     greedy_path,
     nominal_cost,
     path_candidates,
@@ -16,6 +18,7 @@ from pask_agent.calibration.frontier import (
 )
 from pask_agent.calibration.measure import TraceMeasurement, probe_name
 from pask_agent.calibration.table_build import mismatch_report
+from pask_agent.calibration.teacher import answer_keys
 from pask_agent.policy.costs import PayloadCosts
 
 COSTS = PayloadCosts.from_dims(24, 2, 64)
@@ -93,3 +96,34 @@ def test_mismatch_report_counts_sensitive_buckets_low_in_distortion() -> None:
     report = mismatch_report(s)["R"]
     assert report["buckets"] == 15 and report["sensitive"] == 1
     assert report["recall_at_20"] == 0.0 and report["mismatch_20_50"] == 1.0
+
+
+def test_breadth_first_keeps_each_moves_order_but_puts_every_int4_first() -> None:
+    scores = np.zeros((2, 3, 2))
+    scores[..., 0] = [[0.5, -0.2, 0.1], [0.0, 0.3, -0.4]]  # R->L (low group may be negative)
+    scores[..., 1] = [[0.9, 0.05, 0.2], [0.01, 0.6, 0.02]]  # L->H
+    out = breadth_first(scores)
+    assert out[..., 0].min() > out[..., 1].max()  # every R->L ranks above every L->H
+    for move in (0, 1):  # within a move the distortion order is unchanged
+        want = np.argsort(scores[..., move], axis=None)
+        assert (np.argsort(out[..., move], axis=None) == want).all()
+
+
+def test_group_weights_give_every_group_the_same_say() -> None:
+    w = group_weights(["simple"] * 6 + ["parallel"] * 2)
+    assert w.sum() == pytest.approx(1.0)
+    assert w[:6].sum() == pytest.approx(0.5) and w[6:].sum() == pytest.approx(0.5)
+    # one parallel failure now weighs as much as three simple ones
+    assert w[6] == pytest.approx(3 * w[0])
+    assert group_weights(["", "", ""]).tolist() == pytest.approx([1 / 3] * 3)
+
+
+def test_a_retokenized_alternative_is_not_a_change_of_answer() -> None:
+    # decision 0 recorded '}}' with '}}, {"name"...' to come; '}},' only splits it differently
+    candidates = [["}}", "}},", "]", " }}"], ['"calc', '"cal', '"area', '"']]
+    continuations = ['}}, {"name": "b"}]', '"calc_area"}}]']
+    keys = answer_keys(candidates, continuations)
+    assert keys[0].tolist()[:2] == [0, 0]  # prefix of what was written: same answer
+    assert keys[0, 2] != 0  # closing the list instead is a different answer
+    assert keys[0, 3] == 0  # whitespace only
+    assert keys[1, 1] == 0 and keys[1, 3] == 0 and keys[1, 2] != 0

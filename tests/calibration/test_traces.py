@@ -89,3 +89,14 @@ def test_traces_of_another_model_are_refused(tmp_path: Path) -> None:
         read_traces(path, model=ModelId("smollm2-135m", "b179" + "0" * 60))
     with pytest.raises(TraceError, match="no trace file"):
         read_traces(tmp_path / "missing.jsonl")
+
+
+def test_group_comes_from_the_line_or_the_references_category() -> None:
+    model = {"name": "default", "weights_sha256": "0" * 64}
+    base = {"messages": [{"role": "user", "content": "hi"}], "output": "x",
+            "output_token_ids": [1], "model": model, "ok": True}  # fmt: skip
+    assert Trace.from_json(base).group == ""
+    ref = {**base, "reference": {"checker": "bfcl_ast", "case_id": "p_1", "category": "parallel"}}
+    assert Trace.from_json(ref).group == "parallel"
+    assert Trace.from_json({**ref, "group": "mine"}).group == "mine"
+    assert Trace.from_json({**ref, "group": "mine"}).to_json()["group"] == "mine"
