@@ -317,9 +317,9 @@ def _fingerprint(
             "keys": keys.keys,
             "budget": config.budget,
             "per_path": config.candidates_per_path,
-            # what a checkpoint's verdicts mean: v2 = re-tokenizations are not flips, and
-            # development errors weigh trace groups equally
-            "proxy": 2,
+            # what a checkpoint's verdicts mean: v3 = re-tokenizations are not flips and the
+            # continue-calls rule is replayed per intervention
+            "proxy": 3,
             "levels": config.prefill_levels,
             "alpha": [config.alpha_decode, config.alpha_prefill],
             "n": [len(cal), len(dev)],

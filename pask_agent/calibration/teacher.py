@@ -131,6 +131,28 @@ def answer_keys(candidates: list[list[str]], continuations: list[str]) -> np.nda
     return keys
 
 
+def choose_with_continue_rule(
+    logits: torch.Tensor,
+    at: torch.Tensor,
+    real: torch.Tensor,
+    is_next: torch.Tensor,
+    is_close: torch.Tensor,
+    tau: float,
+) -> torch.Tensor:
+    """Each row's choice among the candidates (``logits [N, T, K]``), with the runtime's
+    continue-calls rule (``RuntimeConfig.continue_calls_at``) applied to that row's own
+    probabilities at the between-calls positions ``at``: where a row gives another call at
+    least ``tau``, closing the array is not an option for it. ``real``, ``is_next`` and
+    ``is_close`` (``[len(at), K]``) say which candidates are legal tokens, start another call,
+    and close the array."""
+    logits = logits.clone()
+    sub = logits[:, at].masked_fill(~real[None], float("-inf"))
+    p_next = (torch.softmax(sub, dim=-1) * is_next[None]).sum(-1)  # [N, len(at)]
+    block = (p_next >= tau)[..., None] & is_close[None]
+    logits[:, at] = logits[:, at].masked_fill(block, float("-inf"))
+    return logits.argmax(-1)
+
+
 @dataclass(frozen=True)
 class Interventions:
     """A batch of interventions on one trace (row 0 must be the all-H control).
@@ -261,27 +283,43 @@ class TraceContext:
             masked = logits.clone()
         k = min(self.top_k, vocab)
         valid = np.zeros(n_t, dtype=bool)
+        rule = np.zeros(n_t, dtype=bool)  # the continue-calls rule applies at this decision
+        real = torch.zeros((n_t, k), dtype=torch.bool)
         contested = 0
         cand = torch.zeros((n_t, k), dtype=torch.long)
         for t in range(len(masked)):
             row = masked[t]
+            chooses = row
             if self._tau is not None and tr.between_calls[t + 1] and self._next_ids is not None:
+                rule[t] = True
                 p = torch.softmax(row, dim=-1)
                 if float(p[self._next_ids].sum()) >= self._tau:
-                    row[self._close_ids] = float("-inf")
+                    chooses = row.clone()
+                    chooses[self._close_ids] = float("-inf")
+            # Candidates come from the row *before* the rule: an intervention that lowers the
+            # chance of another call below tau lets the array close, and that must be seen.
             top = torch.topk(row, k)
             finite = torch.isfinite(top.values)
             ids = top.indices.clone()
-            ids[~finite] = ids[0]  # pad with the argmax: never a flip
-            cand[t] = ids
+            first = int(chooses.argmax())
+            hit = (ids == first).nonzero()
+            j = int(hit[0, 0]) if len(hit) else k - 1
+            ids[j], finite[j] = ids[0].clone(), finite[0].clone()
+            ids[0], finite[0] = first, True  # the control's choice is candidate 0
+            ids[~finite] = first  # pad with the choice: never a flip
+            cand[t], real[t] = ids, finite
             recorded = tr.output_ids[t + 1] if t + 1 < n_t else None
-            # A decision counts when the control's argmax is what was recorded (a near-tie
+            # A decision counts when the control's choice is what was recorded (a near-tie
             # that BF16 rounding broke the other way is noise, not a decision we can flip)
             # and when more than one legal token was in the running.
-            top_id = int(ids[0])
-            chosen = top_id in self._stop_ids if recorded is None else top_id == recorded
+            chosen = first in self._stop_ids if recorded is None else first == recorded
             contested += int(finite.sum() > 1)
             valid[t] = bool(finite.sum() > 1) and chosen
+        self.rule = rule
+        self.cand_real = real
+        if self._next_ids is not None and self._close_ids is not None:
+            self.cand_next = torch.isin(cand, self._next_ids)
+            self.cand_close = torch.isin(cand, self._close_ids)
         self.cand = cand
         self.cand_weight = parts.lm_head_weight[cand]  # [T, K, d]
         self.valid = valid
@@ -318,10 +356,20 @@ class TraceContext:
         logits = torch.einsum(
             "ntd,tkd->ntk", parts.norm(h), self.cand_weight[t0:]
         ).float()  # [N, T', K]
-        best = logits.argmax(-1).numpy()  # [N, T']
+        best = self._decide(logits, t0).numpy()  # [N, T']
         keys = np.take_along_axis(self.cand_text[t0:][None], best[..., None], -1)[..., 0]
         changed = (keys != keys[:1]) & self.valid[t0:][None]
         return ReplayOutcome(changed.any(-1), dist.numpy())
+
+    def _decide(self, logits: torch.Tensor, t0: int) -> torch.Tensor:
+        at = np.nonzero(self.rule[t0:])[0]
+        if self._tau is None or not len(at):
+            return logits.argmax(-1)
+        pos = torch.from_numpy(at + t0)
+        return choose_with_continue_rule(
+            logits, torch.from_numpy(at), self.cand_real[pos], self.cand_next[pos],
+            self.cand_close[pos], self._tau,
+        )  # fmt: skip
 
     @torch.inference_mode()
     def local_distortion(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from pask_agent.calibration.calibrate import group_weights
 from pask_agent.calibration.deficits import fit_reserve, left_quantile, lookahead_deficits
@@ -18,7 +19,7 @@ from pask_agent.calibration.frontier import (
 )
 from pask_agent.calibration.measure import TraceMeasurement, probe_name
 from pask_agent.calibration.table_build import mismatch_report
-from pask_agent.calibration.teacher import answer_keys
+from pask_agent.calibration.teacher import answer_keys, choose_with_continue_rule
 from pask_agent.policy.costs import PayloadCosts
 
 COSTS = PayloadCosts.from_dims(24, 2, 64)
@@ -127,3 +128,19 @@ def test_a_retokenized_alternative_is_not_a_change_of_answer() -> None:
     assert keys[0, 2] != 0  # closing the list instead is a different answer
     assert keys[0, 3] == 0  # whitespace only
     assert keys[1, 1] == 0 and keys[1, 3] == 0 and keys[1, 2] != 0
+
+
+def test_the_replay_applies_the_continue_calls_rule_to_each_rows_own_odds() -> None:
+    # candidates at each position: [',', ']', ' '] ; position 1 is between calls
+    is_next = torch.tensor([[True, False, False]])
+    is_close = torch.tensor([[False, True, False]])
+    real = torch.ones((1, 3), dtype=torch.bool)
+    logits = torch.tensor(
+        [
+            [[0.0, 5.0, -9.0], [0.0, 5.0, -9.0]],  # another call at ~0.7 %: the array closes
+            [[0.0, 5.0, -9.0], [1.0, 5.0, -9.0]],  # ~1.8 % >= 1 %: closing is not allowed
+        ]
+    )
+    at = torch.tensor([1])
+    best = choose_with_continue_rule(logits, at, real, is_next, is_close, 0.01)
+    assert best.tolist() == [[1, 1], [1, 0]]  # position 0 is not between calls: plain argmax
