@@ -273,7 +273,8 @@ class TraceContext:
         """
         tr, parts = self.trace, self.parts
         n_t = tr.output_len
-        logits = (parts.norm(self.ctrl_final) @ parts.lm_head_weight.T).float()  # [T, V]
+        # FP32 logits: in BF16 two candidates' logits are often exactly equal (8-bit mantissa)
+        logits = parts.norm(self.ctrl_final).float() @ parts.lm_head_weight.float().T  # [T, V]
         vocab = logits.shape[-1]
         if tr.allowed is not None:
             rows = torch.arange(1, n_t + 1) if not tr.terminated else torch.arange(1, n_t)
@@ -301,14 +302,16 @@ class TraceContext:
             top = torch.topk(row, k)
             finite = torch.isfinite(top.values)
             ids = top.indices.clone()
+            recorded = tr.output_ids[t + 1] if t + 1 < n_t else None
             first = int(chooses.argmax())
+            if recorded is not None and bool(chooses[recorded] == chooses[first]):
+                first = recorded  # a tie: the recorded (FP32) decision is the control's
             hit = (ids == first).nonzero()
             j = int(hit[0, 0]) if len(hit) else k - 1
             ids[j], finite[j] = ids[0].clone(), finite[0].clone()
             ids[0], finite[0] = first, True  # the control's choice is candidate 0
             ids[~finite] = first  # pad with the choice: never a flip
             cand[t], real[t] = ids, finite
-            recorded = tr.output_ids[t + 1] if t + 1 < n_t else None
             # A decision counts when the control's choice is what was recorded (a near-tie
             # that BF16 rounding broke the other way is noise, not a decision we can flip)
             # and when more than one legal token was in the running.
@@ -321,7 +324,7 @@ class TraceContext:
             self.cand_next = torch.isin(cand, self._next_ids)
             self.cand_close = torch.isin(cand, self._close_ids)
         self.cand = cand
-        self.cand_weight = parts.lm_head_weight[cand]  # [T, K, d]
+        self.cand_weight = parts.lm_head_weight[cand].float()  # [T, K, d]
         self.valid = valid
         text = self._token_text or (lambda i: str(i))
         pieces = [text(int(i)) for i in tr.output_ids]
@@ -354,8 +357,8 @@ class TraceContext:
                 diff = (o.float() - o[:1].float()).pow(2).sum(-1)  # [N, T', Hq]
                 dist += diff.amax(-1).sum(-1)
         logits = torch.einsum(
-            "ntd,tkd->ntk", parts.norm(h), self.cand_weight[t0:]
-        ).float()  # [N, T', K]
+            "ntd,tkd->ntk", parts.norm(h).float(), self.cand_weight[t0:]
+        )  # [N, T', K]
         best = self._decide(logits, t0).numpy()  # [N, T']
         keys = np.take_along_axis(self.cand_text[t0:][None], best[..., None], -1)[..., 0]
         changed = (keys != keys[:1]) & self.valid[t0:][None]
