@@ -16,8 +16,10 @@ warm baseline (taken after one warm-up wave that grows the pools and compiles th
 
     python -m pask_agent.eval.soak --out results/soak      # writes results/soak.{json,md}
 
-The HTTP server is not covered yet (it does not exist); the soak is bounded in request count
-and in wall time (``time_limit_s``).
+``--serve`` sends the same plan to the OpenAI-compatible server over HTTP instead
+(``soak_serve.py``) and checks the same things on the runtime behind it; the report's ``path``
+says which was covered. The soak is bounded in request count and in wall time
+(``time_limit_s``).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,18 +106,23 @@ class Soak:
         # A query SQLite refuses is the model's miss, reported in the answer, not a fault.
         return {"sql": answer.sql, "sqlite_error": answer.error, "rows": len(answer.rows)}
 
+    def deadline(self, p: Planned) -> AbstractContextManager[object]:
+        """The short deadline of a ``timeout`` request: a caller's ``anyio.fail_after``.
+
+        The HTTP soak overrides it: there the deadline is the client's own request timeout.
+        """
+        return anyio.fail_after(p.delay_s) if p.fate == "timeout" else nullcontext()
+
     async def run_one(self, p: Planned) -> Outcome:
         out = Outcome(p.index, p.kind, p.fate)
         first_token = anyio.Event()
         start = time.perf_counter()
         try:
-            if p.fate == "timeout":
-                with anyio.fail_after(p.delay_s):
+            with self.deadline(p):
+                if p.fate == "cancel":
+                    out.detail = await _cancelled(self.request(p, first_token), first_token, p)
+                else:
                     out.detail = await self.request(p, first_token)
-            elif p.fate == "cancel":
-                out.detail = await _cancelled(self.request(p, first_token), first_token, p)
-            else:
-                out.detail = await self.request(p, first_token)
             out.status = "ok" if out.detail is not None else "cancelled"
         except TimeoutError:
             out.status = "timed_out"
@@ -240,16 +248,7 @@ async def run_soak(
         outcomes.sort(key=lambda o: o.index)
         await soak.drain()
         wall_s = time.perf_counter() - t0
-        store = rt.engine.store
-        try:
-            store.audit()
-            audit_error = None
-        except Exception as exc:  # noqa: BLE001 - reported as a failed check
-            audit_error = str(exc)
-        leaked = store.live_bytes()
-        engine_idle = not rt.engine.live and not rt.engine.inbox
-        sequences_left = store.num_sequences
-        pool_after = store.allocated_bytes()
+        left = leftovers(rt)
         rss_after = rss_bytes()
     return build_report(
         config,
@@ -259,13 +258,30 @@ async def run_soak(
         wall_s=wall_s,
         warm_s=warm_s,
         time_limit_hit=time_limit_hit,
-        leaked=leaked,
-        audit_error=audit_error,
-        engine_idle=engine_idle,
-        sequences_left=sequences_left,
         rss=(rss_baseline, rss_after),
-        pools=(pool_baseline, pool_after),
+        pool_baseline=pool_baseline,
+        **left,
     )
+
+
+def leftovers(rt: Runtime) -> dict[str, Any]:
+    """What a drained runtime still holds; both soak paths judge it the same way.
+
+    Call it only once the engine is idle: it reads the store without the worker's help.
+    """
+    store = rt.engine.store
+    try:
+        store.audit()
+        audit_error = None
+    except Exception as exc:  # noqa: BLE001 - reported as a failed check
+        audit_error = str(exc)
+    return {
+        "leaked": store.live_bytes(),
+        "audit_error": audit_error,
+        "engine_idle": not rt.engine.live and not rt.engine.inbox,
+        "sequences_left": store.num_sequences,
+        "pool_after": store.allocated_bytes(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-limit-s", type=float, default=d.time_limit_s)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--out", default="results/soak", help="writes <out>.json and <out>.md")
+    p.add_argument(
+        "--serve",
+        action="store_true",
+        help="send the requests over HTTP to `pask-agent serve` (started in this process on a "
+        "loopback port) with the openai client, instead of through the in-process API",
+    )
     args = p.parse_args(argv)
     config = SoakConfig(
         model=args.model,
@@ -296,7 +318,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = shlex.join(["python", "-m", "pask_agent.eval.soak", *argv])
     env = environment(command)
-    report = anyio.run(lambda: run_soak(config, progress=lambda m: print(m, flush=True)))
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    if args.serve:
+        from pask_agent.eval.soak_serve import run_serve_soak
+
+        report = anyio.run(lambda: run_serve_soak(config, progress=say))
+    else:
+        report = anyio.run(lambda: run_soak(config, progress=say))
     report.update(env)
     write(report, Path(args.out))
     print(Path(args.out).with_suffix(".md").read_text())

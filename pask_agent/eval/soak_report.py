@@ -36,13 +36,26 @@ def build_report(
     engine_idle: bool,
     sequences_left: int,
     rss: tuple[int, int],
-    pools: tuple[int, int],
+    pool_baseline: int,
+    pool_after: int,
+    path: str = "in-process",
+    transport: dict[str, Any] | None = None,
+    extra_errors: list[str] | None = None,
 ) -> dict[str, Any]:
+    """Judge one run. ``path`` names what the requests went through: ``in-process`` (the
+    ``Runtime`` API) or ``serve`` (HTTP to the OpenAI-compatible server, described by
+    ``transport``); ``extra_errors`` are faults found outside any request (the drain's)."""
+
     def count(status: str, fate: str | None = None) -> int:
         return sum(o.status == status and (fate is None or o.fate == fate) for o in outcomes)
 
-    errors = [("warm-up ", o) for o in warm if o.status != "ok"]
-    errors += [("", o) for o in outcomes if o.status == "error"]
+    errors = [
+        f"warm-up #{o.index} {o.kind}/{o.fate}: {o.error or o.status}"
+        for o in warm
+        if o.status != "ok"
+    ]
+    errors += [f"#{o.index} {o.kind}/{o.fate}: {o.error}" for o in outcomes if o.status == "error"]
+    errors += extra_errors or []
     per_kind = {}
     for kind in KINDS:
         done = [o for o in outcomes if o.kind == kind and o.status == "ok"]
@@ -70,6 +83,8 @@ def build_report(
         "some_cancelled_and_timed_out": count("cancelled") > 0 and count("timed_out") > 0,
     }
     return {
+        "path": path,
+        "transport": transport or {"api": "pask_agent.runtime.Runtime (in this process)"},
         "requests": len(outcomes),
         "requests_planned": config.requests,
         "concurrency": config.concurrency,
@@ -83,17 +98,15 @@ def build_report(
             "timeout_met_deadline": count("ok", "timeout"),
         },
         "unexpected_errors": len(errors),
-        "errors": [
-            f"{tag}#{o.index} {o.kind}/{o.fate}: {o.error or o.status}" for tag, o in errors
-        ][:20],
+        "errors": errors[:20],
         "leaked_kv_bytes": leaked,
         "sequences_left": sequences_left,
         "slot_audit_error": audit_error,
         "rss_baseline_bytes": baseline,
         "rss_after_bytes": after,
         "rss_growth": round(after / baseline - 1, 4),
-        "kv_pool_bytes_baseline": pools[0],
-        "kv_pool_bytes_after": pools[1],
+        "kv_pool_bytes_baseline": pool_baseline,
+        "kv_pool_bytes_after": pool_after,
         "wall_s": round(wall_s, 1),
         "warmup_s": round(warm_s, 1),
         "warmup_requests": len(warm),
@@ -147,13 +160,18 @@ def write(report: dict[str, Any], out: Path) -> None:
     mib = 1 << 20
     edited = report.get("git_modified")
     edits = f" (local edits to {', '.join(edited)})" if edited else ""
+    path = report.get("path", "in-process")
     lines = [
-        f"# Soak: {report['requests']} of {report['requests_planned']} requests ended, "
+        f"# Soak ({path}): {report['requests']} of {report['requests_planned']} requests ended, "
         f"concurrency {report['concurrency']} "
         f"({report['model']}) — {'PASSED' if report['passed'] else 'FAILED'}",
         "",
         f"Command: `{report['command']}` at commit `{report['git_commit'][:10]}`{edits} on "
         f"{report['machine']['cpu_count']} CPUs ({report['machine']['platform']}).",
+        "",
+        f"Path: **{path}** — "
+        + "; ".join(f"{k}: {v}" for k, v in report.get("transport", {}).items())
+        + ".",
         "",
         f"Wall time {report['wall_s']} s after a {report['warmup_s']} s warm-up of "
         f"{report['warmup_requests']} requests; max_new_tokens "
@@ -193,6 +211,11 @@ def write(report: dict[str, Any], out: Path) -> None:
         f"| every request ended within {report['config']['time_limit_s']:.0f} s | "
         f"{not report['time_limit_hit']} | {report['checks']['all_requests_ended']} |",
     ]
+    if report.get("server_statuses"):
+        codes = ", ".join(f"{c}: {n}" for c, n in sorted(report["server_statuses"].items()))
+        lines += ["", f"Server's chat completions by HTTP status (warm-up included; 499: the "
+                  f"client went away): {codes}. Conversations deleted over HTTP at the drains: "
+                  f"{report.get('conversations_deleted')}."]  # fmt: skip
     if report["errors"]:
         lines += ["", "Errors:", "", *[f"- {e}" for e in report["errors"]]]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
