@@ -19,6 +19,13 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
     path.with_suffix(".md").write_text(markdown(report), encoding="utf-8")
 
 
+def _groups(r: dict[str, Any], key: str = "dev_groups") -> str:
+    values = r.get(key) or {}
+    if key == "dev_groups":
+        return ", ".join(f"{g or '(none)'} {n}" for g, n in values.items()) or "one group"
+    return ", ".join(f"{g or '(none)'} {_pct(v)} %" for g, v in values.items()) or "–"
+
+
 def _pct(x: float | None) -> str:
     return "–" if x is None else f"{100 * x:.1f}"
 
@@ -43,7 +50,12 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         f"**Decode choice:** {r['decode_choice']['name']} → B_D = "
         f"{r['decode_choice']['budget_decode']}. **Prompt choice:** threshold pair "
-        f"{r['prefill_choice']['pair']} → B_P = {r['prefill_choice']['budget_prefill']}.",
+        f"{r['prefill_choice']['pair']}, {r['prefill_choice'].get('order', 'distortion')} "
+        f"order → B_P = {r['prefill_choice']['budget_prefill']}.",
+        "",
+        "Development failures are averaged over trace groups with equal weight "
+        f"({_groups(r)}); the chosen candidates' failure rate per group: decode "
+        f"{_groups(r, 'decode_choice_by_group')}, prompt {_groups(r, 'prefill_choice_by_group')}.",
         "",
         "## Decode candidates (development failure rate vs nominal cost)",
         "",
@@ -53,11 +65,13 @@ def markdown(r: dict[str, Any]) -> str:
     for c in r["decode_candidates"]:
         lines.append(f"| {c['name']} | {c['cost']:.3f} | {_pct(c['dev_error'])} |")
     lines += ["", "## Prompt candidates (decode all H)", "",
-              "| threshold pair | B (or B_P) | B_P asked | B_P its plans keep | dev failures (%) |",
-              "|---|---|---|---|---|"]  # fmt: skip
+              "| threshold pair | upgrade order | B (or B_P) | B_P asked | B_P its plans keep "
+              "| dev failures (%) |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
     for c in r["prefill_candidates"]:
         lines.append(
-            f"| {c['pair']} | {c['budget']} | {c.get('asked_b_p', '–')} | "
+            f"| {c['pair']} | {c.get('order', 'distortion')} | {c['budget']} | "
+            f"{c.get('asked_b_p', '–')} | "
             f"{c.get('realized_b_p', '–')} | {_pct(c['dev_error'])} |"
         )
     for stage in ("decode", "prefill"):
