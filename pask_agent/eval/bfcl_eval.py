@@ -69,6 +69,8 @@ class CaseResult:
     measured_b: float
     error: str = ""
     tagger_fallbacks: int = 0  # generated tokens the structural tagger could not place
+    prompt_kv_bytes: int = 0  # the prompt's part of kv_bytes / full_kv_bytes (0: not recorded)
+    prompt_full_kv_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +87,8 @@ class ConfigSummary:
     mean_b: float  # mean of per-case measured B
     max_b: float
     seconds: float
+    measured_b_prompt: float | None = None  # Σ prompt live / Σ prompt full (realized B_P)
+    measured_b_answer: float | None = None  # the same over generated tokens (realized B_D)
 
 
 async def run_config(
@@ -186,6 +190,8 @@ async def _run_case(
         u.measured_b,
         error,
         u.tagger_fallbacks,
+        u.prompt_kv_bytes,
+        u.prompt_full_kv_bytes,
     )
 
 
@@ -218,13 +224,29 @@ def summarize(results: Sequence[CaseResult], seconds: float = 0.0) -> ConfigSumm
         mean_b=sum(per_case) / len(per_case) if per_case else 0.0,
         max_b=max(per_case, default=0.0),
         seconds=seconds,
+        **_stage_budgets(results),
     )
+
+
+def _stage_budgets(results: Sequence[CaseResult]) -> dict[str, float | None]:
+    """Realized B_P and B_D over the cases that recorded the prompt's bytes."""
+    split = [r for r in results if r.prompt_full_kv_bytes]
+    if not split:
+        return {"measured_b_prompt": None, "measured_b_answer": None}
+    prompt_full = sum(r.prompt_full_kv_bytes for r in split)
+    answer_full = sum(r.full_kv_bytes - r.prompt_full_kv_bytes for r in split)
+    answer_kept = sum(r.kv_bytes - r.prompt_kv_bytes for r in split)
+    return {
+        "measured_b_prompt": sum(r.prompt_kv_bytes for r in split) / prompt_full,
+        "measured_b_answer": answer_kept / answer_full if answer_full else None,
+    }
 
 
 def markdown_table(summaries: Sequence[ConfigSummary], *, title: str = "") -> str:
     """Accuracy (%) per category and overall, valid-call rate and measured ``B`` per config."""
     cats = [c for c in NON_LIVE_CATEGORIES if any(c in s.accuracy for s in summaries)]
-    head = ["policy", "target B", *cats, "overall", "valid calls", "measured B", "mean B", "max B"]
+    head = ["policy", "target B", *cats, "overall", "valid calls", "measured B", "mean B", "max B",
+            "B_P", "B_D"]  # fmt: skip
     lines = [f"# {title}", ""] if title else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summaries:
@@ -232,6 +254,8 @@ def markdown_table(summaries: Sequence[ConfigSummary], *, title: str = "") -> st
         row += [f"{100 * s.accuracy[c]:.1f}" if c in s.accuracy else "–" for c in cats]
         row += [f"{100 * s.overall:.1f}", f"{100 * s.valid_rate:.1f}"]
         row += [f"{s.measured_b:.3f}", f"{s.mean_b:.3f}", f"{s.max_b:.3f}"]
+        row += [f"{b:.3f}" if b is not None else "–"
+                for b in (s.measured_b_prompt, s.measured_b_answer)]  # fmt: skip
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
@@ -334,7 +358,8 @@ async def evaluate(
         f"{split!r} of calibration_data/splits/bfcl.json), "
         f"model {model!r}, greedy, max_new_tokens={max_new_tokens}, official AST checker. "
         "measured B = Σ live KV bytes / Σ Full-KV bytes at the end of each request (prompt + "
-        "generated, INT4 scales included); mean B and max B are per case."
+        "generated, INT4 scales included); mean B and max B are per case; B_P and B_D are the "
+        "same ratio over prompt tokens and over generated tokens (realized stage budgets)."
     )
     config = RuntimeConfig(max_batch=max(16, len(cases)))
     results: list[CaseResult] = []

@@ -17,9 +17,7 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", *args], cwd=root, capture_output=True, text=True, check=False
-        )
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
         return done.stdout.strip()
 
     commit = git("rev-parse", "HEAD") or "unknown"

@@ -229,39 +229,62 @@ async def run_soak(
             for db, path in data.databases
         }
         soak = Soak(rt, config, assistants)
-        warm = warm_up_plan(config, questions)
-        warm_n = len(warm)
-        t0 = time.perf_counter()
-        warm_out: list[Outcome] = []
-        await soak.run(warm, warm_out)
-        await soak.drain()
-        warm_s = time.perf_counter() - t0
-        rss_baseline = rss_bytes()
-        pool_baseline = rt.engine.store.allocated_bytes()
-        if progress:
-            progress(f"warm-up: {warm_n} requests in {warm_s:.0f} s, RSS {rss_baseline >> 20} MiB")
-        t0 = time.perf_counter()
-        outcomes: list[Outcome] = []
-        with anyio.move_on_after(config.time_limit_s) as limit:
-            await soak.run(planned, outcomes, progress)
-        time_limit_hit = limit.cancelled_caught
-        outcomes.sort(key=lambda o: o.index)
-        await soak.drain()
-        wall_s = time.perf_counter() - t0
-        left = leftovers(rt)
-        rss_after = rss_bytes()
-    return build_report(
-        config,
-        loaded,
-        outcomes,
-        warm_out,
-        wall_s=wall_s,
-        warm_s=warm_s,
-        time_limit_hit=time_limit_hit,
-        rss=(rss_baseline, rss_after),
-        pool_baseline=pool_baseline,
-        **left,
-    )
+        phases = await run_phases(soak, warm_up_plan(config, questions), planned, config, rt,
+                                  progress)  # fmt: skip
+    return build_report(config, loaded, phases.outcomes, phases.warm_out, **phases.measured())
+
+
+@dataclass
+class Phases:
+    """What :func:`run_phases` saw: the warm-up and the planned run, and what was left."""
+
+    warm_out: list[Outcome]
+    outcomes: list[Outcome]
+    warm_s: float
+    wall_s: float
+    time_limit_hit: bool
+    rss: tuple[int, int]
+    pool_baseline: int
+    left: dict[str, Any]
+
+    def measured(self) -> dict[str, Any]:
+        """``build_report``'s keyword arguments."""
+        return {"wall_s": self.wall_s, "warm_s": self.warm_s,
+                "time_limit_hit": self.time_limit_hit, "rss": self.rss,
+                "pool_baseline": self.pool_baseline, **self.left}  # fmt: skip
+
+
+async def run_phases(
+    soak: Any,
+    warm: list[Planned],
+    planned: list[Planned],
+    config: SoakConfig,
+    rt: Runtime,
+    progress: Callable | None = None,
+) -> Phases:
+    """Warm up and drain, take the RSS and pool baselines, run the plan under the time limit,
+    drain, and read what the runtime still holds — the same for both soak paths (``soak`` has
+    ``run(planned, outcomes[, progress])`` and ``drain()``)."""
+    t0 = time.perf_counter()
+    warm_out: list[Outcome] = []
+    await soak.run(warm, warm_out)
+    await soak.drain()
+    warm_s = time.perf_counter() - t0
+    rss_baseline = rss_bytes()
+    pool_baseline = rt.engine.store.allocated_bytes()
+    if progress:
+        mib = rss_baseline >> 20
+        progress(f"warm-up: {len(warm_out)} requests in {warm_s:.0f} s, RSS {mib} MiB")
+    t0 = time.perf_counter()
+    outcomes: list[Outcome] = []
+    with anyio.move_on_after(config.time_limit_s) as limit:
+        await soak.run(planned, outcomes, progress)
+    outcomes.sort(key=lambda o: o.index)
+    await soak.drain()
+    wall_s = time.perf_counter() - t0
+    left = leftovers(rt)
+    return Phases(warm_out, outcomes, warm_s, wall_s, limit.cancelled_caught,
+                  (rss_baseline, rss_bytes()), pool_baseline, left)  # fmt: skip
 
 
 def leftovers(rt: Runtime) -> dict[str, Any]:

@@ -31,8 +31,6 @@ the server's lifespan opened (same process) is judged exactly as in process
 from __future__ import annotations
 
 import re
-import threading
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, cast
@@ -40,10 +38,9 @@ from typing import Any, cast
 import anyio
 import httpx
 import openai
-import uvicorn
 from starlette.applications import Starlette
 
-from pask_agent.eval.soak import Outcome, Soak, leftovers, rss_bytes
+from pask_agent.eval.soak import Soak, run_phases
 from pask_agent.eval.soak_report import build_report
 from pask_agent.eval.soak_workload import STRUCTURED, TOOLS, Planned, SoakConfig, plan, warm_up_plan
 from pask_agent.eval.sql_data import load_sample_questions
@@ -52,47 +49,18 @@ from pask_agent.runtime.engine import RuntimeConfig
 from pask_agent.runtime.models import LoadedModel, load_model
 from pask_agent.runtime.runtime import Runtime
 from pask_agent.server import ServerSettings, create_app
+from pask_agent.server.loopback import LoopbackServer
 
 SERVED = "soak"
 OPENAI_TOOLS = [{"type": "function", "function": tool} for tool in TOOLS]
 _FENCE = re.compile(r"```(?:sql)?", re.IGNORECASE)
 
 
-class LoopbackServer:
-    """``create_app(...)`` under uvicorn on 127.0.0.1:<ephemeral>, in a daemon thread.
-
-    Its own thread and event loop, as a separate server would have: the client's loop never
-    runs server code, so a cancel reaches the server only through the socket.
-    """
+class SoakServer(LoopbackServer):
+    """The server under soak: ``create_app`` over an already loaded model, on loopback."""
 
     def __init__(self, settings: ServerSettings, loaded: LoadedModel) -> None:
-        self.app = cast(Starlette, create_app(settings, loaded=loaded))  # no api_key: Starlette
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self._run, name="soak-server", daemon=True)
-        self.base_url = ""
-        self.failure: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            self.server.run()
-        except BaseException as exc:  # noqa: BLE001 - uvicorn exits (SystemExit) on a failed startup
-            self.failure = exc
-
-    def __enter__(self) -> LoopbackServer:
-        self.thread.start()
-        deadline = time.monotonic() + 300
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the soak's server did not start ({self.failure!r})")
-            time.sleep(0.05)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=60)
+        super().__init__(cast(Starlette, create_app(settings, loaded=loaded)))  # no api_key
 
     @property
     def runtime(self) -> Runtime:
@@ -126,11 +94,11 @@ class ConversationIds:
 
 
 class ServeSoak(Soak):
-    """Runs planned requests over HTTP against one ``LoopbackServer``."""
+    """Runs planned requests over HTTP against one ``SoakServer``."""
 
     def __init__(
         self,
-        server: LoopbackServer,
+        server: SoakServer,
         client: openai.AsyncOpenAI,
         config: SoakConfig,
         assistants: dict[str, SQLiteAssistant],
@@ -299,7 +267,7 @@ async def run_serve_soak(
         default_max_tokens=config.max_new_tokens,
         runtime=RuntimeConfig(max_batch=config.max_batch),
     )
-    with LoopbackServer(settings, loaded) as server:
+    with SoakServer(settings, loaded) as server:
         client = openai.AsyncOpenAI(
             base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0
         )
@@ -311,25 +279,7 @@ async def run_serve_soak(
             soak = ServeSoak(server, client, config, assistants)
             warm = warm_up_plan(config, questions)
             soak.prepare(warm + planned)
-            t0 = time.perf_counter()
-            warm_out: list[Outcome] = []
-            await soak.run(warm, warm_out)
-            await soak.drain()
-            warm_s = time.perf_counter() - t0
-            rss_baseline = rss_bytes()
-            pool_baseline = server.runtime.engine.store.allocated_bytes()
-            if progress:
-                mib = rss_baseline >> 20
-                progress(f"warm-up: {len(warm_out)} requests in {warm_s:.0f} s, RSS {mib} MiB")
-            t0 = time.perf_counter()
-            outcomes: list[Outcome] = []
-            with anyio.move_on_after(config.time_limit_s) as limit:
-                await soak.run(planned, outcomes, progress)
-            outcomes.sort(key=lambda o: o.index)
-            await soak.drain()
-            wall_s = time.perf_counter() - t0
-            left = leftovers(server.runtime)
-            rss_after = rss_bytes()
+            phases = await run_phases(soak, warm, planned, config, server.runtime, progress)
             statuses = await soak.statuses()
     for db in assistants.values():
         db.close()
@@ -338,17 +288,12 @@ async def run_serve_soak(
     report = build_report(
         config,
         loaded,
-        outcomes,
-        warm_out,
-        wall_s=wall_s,
-        warm_s=warm_s,
-        time_limit_hit=limit.cancelled_caught,
-        rss=(rss_baseline, rss_after),
-        pool_baseline=pool_baseline,
+        phases.outcomes,
+        phases.warm_out,
         path="serve",
         transport=TRANSPORT,
         extra_errors=soak.drain_errors + server_errors,
-        **left,
+        **phases.measured(),
     )
     report["server_statuses"] = statuses  # warm-up included; 499: the client went away
     report["conversations_deleted"] = soak.conversations_deleted  # warm-up included

@@ -148,9 +148,7 @@ def load_split_file(path: Path | None = None) -> BfclSplit:
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        ids = {
-            cat: {p: tuple(parts[p]) for p in PARTITIONS} for cat, parts in data["ids"].items()
-        }
+        ids = {cat: {p: tuple(parts[p]) for p in PARTITIONS} for cat, parts in data["ids"].items()}
         return BfclSplit(int(data["seed"]), ids)
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"malformed BFCL split file {path}: {exc}") from exc

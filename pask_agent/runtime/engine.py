@@ -354,7 +354,7 @@ class Engine:
     # ------------------------------------------------------------------ endings
     def _finish(self, r: Request, reason: str) -> Event:
         now = time.perf_counter()
-        kv = self.store.report(r.state.seq_id)
+        kv = self.store.report(r.state.seq_id, prompt_tokens=len(r.prompt_ids))
         n = len(r.generated)
         first = r.first_token_at or now
         result = Finished(

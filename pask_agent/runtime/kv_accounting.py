@@ -31,6 +31,17 @@ class KVBytes:
             rows_low * lay.scale_row_bytes,
         )
 
+    def held_before(self, high: Sequence[SlotMap], low: Sequence[SlotMap], position: int) -> int:
+        """One sequence's payload bytes for its positions before ``position`` (the prompt of
+        a turn, so a report can split B into the prompt's and the answer's share)."""
+        lay = self.layout
+        low_row = lay.low_row_bytes + lay.scale_row_bytes
+        total = 0
+        for h, lo, n in zip(high, low, self._layers, strict=True):
+            total += n * int((h.positions < position).sum()) * lay.high_row_bytes
+            total += n * int((lo.positions < position).sum()) * low_row
+        return total
+
     def live(self, high: Sequence[SlotAllocator], low: Sequence[SlotAllocator]) -> int:
         """Bytes held by every sequence: slots in use in each group's pools."""
         lay = self.layout

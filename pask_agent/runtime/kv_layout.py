@@ -111,10 +111,24 @@ class KVReport:
     peak_bytes: int
     sinks: int
     window: int
+    prompt_tokens: int = 0  # the turn's prompt: positions before its first generated token
+    prompt_bytes: int = 0  # live payload of those positions
+    prompt_full_bytes: int = 0
 
     @property
     def live_bytes(self) -> int:
         return self.high_bytes + self.low_bytes + self.scale_bytes
+
+    @property
+    def measured_b_prompt(self) -> float:
+        """The prompt's share of Full KV kept (the paper's realized B_P)."""
+        return self.prompt_bytes / self.prompt_full_bytes if self.prompt_full_bytes else 0.0
+
+    @property
+    def measured_b_answer(self) -> float:
+        """The generated tokens' share of Full KV kept (the paper's realized B_D)."""
+        full = self.full_bytes - self.prompt_full_bytes
+        return (self.live_bytes - self.prompt_bytes) / full if full > 0 else 0.0
 
     @property
     def measured_b(self) -> float:
@@ -131,4 +145,7 @@ class KVReport:
             "peak_bytes": self.peak_bytes,
             "sinks": self.sinks,
             "window": self.window,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_bytes": self.prompt_bytes,
+            "prompt_full_bytes": self.prompt_full_bytes,
         }

@@ -379,9 +379,14 @@ class KVStore:
                 held = [s for m in maps for s in m.slots.tolist()]
                 audit_slots(f"{kind} pool, group {g}", alloc, held)
 
-    def report(self, seq_id: str) -> KVReport:
+    def report(self, seq_id: str, prompt_tokens: int = 0) -> KVReport:
+        """What ``seq_id`` holds; with ``prompt_tokens``, also how much of it is the prompt's."""
         seq = self._get(seq_id)
         high, low, scales = self.bytes.held(seq.high, seq.low)
         full = self.bytes.full(seq.length)
         cfg = self.config
-        return KVReport(seq.length, high, low, scales, full, seq.peak_bytes, cfg.sinks, cfg.window)
+        prompt = self.bytes.held_before(seq.high, seq.low, prompt_tokens) if prompt_tokens else 0
+        return KVReport(
+            seq.length, high, low, scales, full, seq.peak_bytes, cfg.sinks, cfg.window,
+            prompt_tokens, prompt, self.bytes.full(prompt_tokens),
+        )  # fmt: skip

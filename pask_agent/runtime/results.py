@@ -31,6 +31,21 @@ class Usage:
     # "tagger_fallback" for tokens the tagger could not place (should never happen).
     tag_counts: dict[str, int] = field(default_factory=dict)
     allocated_kv_bytes: int = 0
+    # the prompt's part of kv_bytes / full_kv_bytes: B split into the prompt's and the answer's
+    prompt_kv_bytes: int = 0
+    prompt_full_kv_bytes: int = 0
+
+    @property
+    def measured_b_prompt(self) -> float:
+        """Share of the prompt's Full-KV bytes kept (realized B_P)."""
+        full = self.prompt_full_kv_bytes
+        return self.prompt_kv_bytes / full if full else 0.0
+
+    @property
+    def measured_b_answer(self) -> float:
+        """Share of the generated tokens' Full-KV bytes kept (realized B_D)."""
+        full = self.full_kv_bytes - self.prompt_full_kv_bytes
+        return (self.kv_bytes - self.prompt_kv_bytes) / full if full > 0 else 0.0
 
     @property
     def tagger_fallbacks(self) -> int:

@@ -67,6 +67,8 @@ def chat_result(f: Finished, spec: OutputSpec) -> ChatResult:
         tpot_s=f.tpot_s,
         tag_counts=dict(f.tag_counts),
         allocated_kv_bytes=f.allocated_kv_bytes,
+        prompt_kv_bytes=f.kv.prompt_bytes,
+        prompt_full_kv_bytes=f.kv.prompt_full_bytes,
     )
     reason = "tool_calls" if calls else f.reason
     return ChatResult(f.text, calls, usage, reason, f.token_ids)

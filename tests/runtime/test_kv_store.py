@@ -158,6 +158,13 @@ def test_per_group_actions_and_int4_rows(tiny_model) -> None:
     n0, n1, n2 = (len(groups.layers_of(g)) for g in range(3))
     assert kv.high_bytes == (10 * n0 + 3 * n1 + 3 * n2) * lay.high_row_bytes
     assert kv.low_bytes == 7 * n1 * lay.low_row_bytes
+    # split at position 5: positions 0..4 are "the prompt", 5..9 "the answer"
+    split = store.report("a", prompt_tokens=5)
+    low_row = lay.low_row_bytes + lay.scale_row_bytes
+    prompt = (5 * n0 + 1 * n1 + 1 * n2) * lay.high_row_bytes + 4 * n1 * low_row
+    assert split.prompt_bytes == prompt and split.prompt_full_bytes == kv.full_bytes // 2
+    assert split.measured_b_prompt == prompt / split.prompt_full_bytes
+    assert split.measured_b_answer == (kv.live_bytes - prompt) / (kv.full_bytes // 2)
 
 
 def test_released_slots_are_reused_not_masked(tiny) -> None:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import httpx
-import uvicorn
 
 from pask_agent.runtime.engine import RuntimeConfig
 from pask_agent.server import ServerSettings, create_app
+from pask_agent.server.loopback import LoopbackServer
 
 SMOL = "smol"
 
@@ -31,36 +30,8 @@ TIME = function_tool(
 )
 
 
-class ThreadServer:
-    """``create_app(...)`` served by uvicorn on 127.0.0.1:<ephemeral> in a daemon thread."""
-
-    def __init__(self, app: Any) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.base_url = ""
-        self.failure: BaseException | None = None
-
-    def _run(self) -> None:
-        try:
-            self.server.run()
-        except BaseException as exc:  # noqa: BLE001 - uvicorn exits (SystemExit) on a failed startup
-            self.failure = exc
-
-    def __enter__(self) -> ThreadServer:
-        self.thread.start()
-        deadline = time.monotonic() + 120
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the test server did not start ({self.failure!r})")
-            time.sleep(0.02)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+class ThreadServer(LoopbackServer):
+    """The package's loopback server, plus a reader of its Prometheus metrics."""
 
     def metric(self, name: str) -> float:
         """One unlabelled sample of ``/metrics`` (``name`` as Prometheus writes it)."""
