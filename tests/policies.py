@@ -44,8 +44,9 @@ ALL_POLICIES: list[PolicyCase] = [
     # The hand-written table's floors cost more than its stage budgets say, and nothing squeezes
     # the prompt after the fact any more: its measured B is reported, not held (the baseline
     # calibration replaced).
-    PolicyCase(HandWrittenPaskPolicy, [{"allow_transfer": True}], has_floors=True,
-               holds_budget=False),  # fmt: skip
+    PolicyCase(
+        HandWrittenPaskPolicy, [{"allow_transfer": True}], has_floors=True, holds_budget=False
+    ),  # fmt: skip
     PolicyCase(PositionPolicy, [{}, {"bins": 4, "expected_tokens": 8}], has_floors=True),
 ]
 

@@ -96,8 +96,22 @@ def test_write_results_draws_the_plot(tmp_path: Path) -> None:
 def test_runs_from_separate_processes_merge_into_one_paired_table(tmp_path: Path) -> None:
     def rows(policy: str, budget: float, oks: list[bool]) -> list[CaseResult]:
         return [
-            CaseResult(f"c{i}", "simple_python", policy, budget, ok, True, (), "", "tool_calls",
-                       10, 5, 3, 10, 0.3)  # fmt: skip
+            CaseResult(
+                f"c{i}",
+                "simple_python",
+                policy,
+                budget,
+                ok,
+                True,
+                (),
+                "",
+                "tool_calls",
+                10,
+                5,
+                3,
+                10,
+                0.3,
+            )  # fmt: skip
             for i, ok in enumerate(oks)
         ]
 
