@@ -91,19 +91,25 @@ class TraceReplayer:
             The trace has no tools (nothing structured to calibrate), or its output is not one
             the grammar accepts (recorded under another grammar or prompt format).
         """
-        if not trace.tools:
-            raise TraceError(f"{where}: a trace without tools has no structure to calibrate")
-        turn = prepare_turn(
-            self.tokenizer,
-            self.outputs,
-            list(trace.messages),
-            list(trace.tools),
-            trace.tool_choice,
-            trace.parallel_tool_calls,
-            labels=True,
-        )
+        if trace.sql_schema is not None:
+            turn, spec = self._sql_turn(trace, where)
+        elif trace.tools:
+            turn = prepare_turn(
+                self.tokenizer,
+                self.outputs,
+                list(trace.messages),
+                list(trace.tools),
+                trace.tool_choice,
+                trace.parallel_tool_calls,
+                labels=True,
+            )
+            spec = turn.spec
+        else:
+            raise TraceError(
+                f"{where}: a trace with neither tools nor sql_schema has no structure to calibrate"
+            )
         assert turn.labels is not None
-        constraint = turn.spec.start()
+        constraint = spec.start()
         n = len(trace.output_token_ids)
         allowed = None
         if constraint.matcher is not None:
@@ -137,6 +143,29 @@ class TraceReplayer:
             between_calls=between,
             terminated=terminated,
         )
+
+    def _sql_turn(self, trace: Trace, where: str) -> tuple[Any, Any]:
+        """The SQL assistant's turn: its prompt (in the trace's messages) with the DDL labelled,
+        and the grammar and tagger compiled from the recorded schema, as ``SQLiteAssistant``
+        compiles them from the file."""
+        from pask_agent.grammars.sql.grammar import compile_sql_grammar
+        from pask_agent.grammars.sql.schema import DDLError, SqlSchema
+        from pask_agent.grammars.sql.span_labels import label_ddl_spans
+        from pask_agent.grammars.sql.tagger import SqlTagger
+
+        assert trace.sql_schema is not None
+        try:
+            schema = SqlSchema.from_ddl(trace.sql_schema)
+        except DDLError as exc:
+            raise TraceError(f"{where}: its sql_schema is not DDL we can read: {exc}") from exc
+        turn = prepare_turn(
+            self.tokenizer, self.outputs, list(trace.messages), None, "none", False,
+            labels=True, label_spans=lambda text: label_ddl_spans(text, schema),
+        )  # fmt: skip
+        spec = self.outputs.ebnf(
+            "sql", compile_sql_grammar(schema), new_tagger=lambda: SqlTagger(schema), payload=schema
+        )
+        return turn, spec
 
     def replay_all(self, traces: Sequence[Trace], *, origin: str) -> list[ReplayedTrace]:
         return [self.replay(t, where=f"{origin}:{i + 1}") for i, t in enumerate(traces)]

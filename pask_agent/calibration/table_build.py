@@ -86,8 +86,11 @@ def assemble_table(
             )
         entries[keys.name(b)] = row
     default = entries.pop("<default>")
+    # SQL buckets no trace measured keep the prior's entries (and are listed as carried over)
     carried = [
-        k for k in prior.decode if _valid_in(k, "sql") and not _valid_in(k, "function_calling")
+        k
+        for k in prior.decode
+        if _valid_in(k, "sql") and not _valid_in(k, "function_calling") and k not in entries
     ]
     decode_table = {**{k: prior.decode[k] for k in carried}, **entries}
     if decode.tokens[-1] == 0:  # no untagged token was seen: keep untagged tokens high

@@ -99,3 +99,92 @@ def record_bfcl(
     traces = anyio.run(main)
     write_traces(out, traces)
     return traces
+
+
+async def record_sql(rt: Any, questions: Any, *, max_new_tokens: int = 160) -> list[Trace]:
+    """Serve every question of ``questions`` (a ``SqlQuestionSet``) at Full KV through the SQL
+    assistant's own prompt and grammar; each trace's ``ok`` is execution accuracy against the
+    gold query and its ``reference`` says how to score a replayed output again."""
+    from pask_agent.eval.sql_eval import gold_orders, results_match
+    from pask_agent.integrations.sql import SQLiteAssistant
+    from pask_agent.integrations.sql_db import SqlExecutionError
+
+    assistants = {
+        db: SQLiteAssistant(path, runtime=rt, candidates=1, max_new_tokens=max_new_tokens)
+        for db, path in questions.databases
+    }
+    traces: list[Trace | None] = [None] * len(questions.questions)
+
+    async def one(i: int, q: Any) -> None:
+        assistant = assistants[q.db]
+        result = await assistant.complete(q.question, policy="full")
+        try:
+            predicted = assistant.run_sql(result.text.strip())
+            gold = assistant.run_sql(q.gold_sql)
+            ok = results_match(predicted, gold, ordered=gold_orders(q.gold_sql))
+        except SqlExecutionError:
+            ok = False
+        traces[i] = Trace(
+            messages=tuple(messages_json(assistant.messages(q.question))),
+            output=result.text,
+            output_token_ids=tuple(result.token_ids),
+            model=rt.model_id,
+            sql_schema=assistant.ddl(),
+            tool_choice="none",
+            parallel_tool_calls=False,
+            ok=ok and result.finish_reason != "length",
+            reference={
+                "checker": "sql_exec",
+                "db": q.db,
+                "gold_sql": q.gold_sql,
+                "category": q.difficulty,
+            },  # fmt: skip
+            id=q.id,
+        )
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for i, q in enumerate(questions.questions):
+                tg.start_soon(one, i, q)
+    finally:
+        for assistant in assistants.values():
+            assistant.close()
+    return [t for t in traces if t is not None]
+
+
+def record_sql_split(
+    split: str,
+    out: Path,
+    *,
+    model: str = "default",
+    limit: int | None = None,
+    max_new_tokens: int = 160,
+) -> list[Trace]:
+    """Record the project's SQL questions of one split (``dev`` or ``test``) and write ``out``.
+
+    Raises
+    ------
+    ConfigError
+        A split the SQL questions do not have (they are split dev/test only).
+    """
+    from pask_agent.eval.sql_data import SPLITS, SqlQuestionSet, load_sample_questions
+    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.runtime import Runtime
+
+    if split not in SPLITS:
+        raise ConfigError(
+            f"the SQL questions have splits {', '.join(SPLITS)}, not {split!r} "
+            "(record development traces with --split dev)"
+        )
+    data = load_sample_questions(split=split)
+    if limit is not None:
+        data = SqlQuestionSet(data.questions[:limit], data.databases)
+
+    async def main() -> list[Trace]:
+        config = RuntimeConfig(max_batch=max(16, min(len(data.questions), 64)))
+        async with Runtime.open(model, config=config) as rt:
+            return await record_sql(rt, data, max_new_tokens=max_new_tokens)
+
+    traces = anyio.run(main)
+    write_traces(out, traces)
+    return traces

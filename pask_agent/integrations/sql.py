@@ -342,6 +342,20 @@ class SQLiteAssistant:
             tuple(chosen), c.failed,
         )  # fmt: skip
 
+    async def complete(
+        self, question: str, *, policy: str | None = None, budget: float | None = None
+    ) -> Any:
+        """One greedy query for ``question`` under the schema's grammar, not run: the runtime's
+        ``ChatResult`` (text, token ids, usage). What ``pask-agent traces record --sql``
+        stores; ``ask`` is the call that answers questions."""
+        if not question or not question.strip():
+            raise ConfigError("the question is empty; ask something about the database")
+        return await self._complete(self.messages(question), policy, budget, 0, None)
+
+    def ddl(self) -> str:
+        """The schema as ``CREATE TABLE`` statements (what a trace's ``sql_schema`` holds)."""
+        return "\n".join(t.ddl() for t in self.schema.tables)
+
     async def _candidate(
         self, i: int, messages: list[dict[str, str]], policy: str | None, budget: float | None
     ) -> tuple[SqlCandidate, QueryResult | None]:

@@ -76,6 +76,53 @@ def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.slow
+def test_traces_record_cli_on_sql(default_model, tmp_path: Path) -> None:
+    from pask_agent.cli import main
+    from pask_agent.eval.sql_data import load_sample_questions
+    from pask_agent.eval.sql_eval import gold_orders, results_match
+    from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
+
+    out = tmp_path / "sql.jsonl"
+    args = ["traces", "record", "--sql", "--split", "dev", "--cases", "2", "--out", str(out)]
+    assert main(args) == 0
+    traces = read_traces(out, model=ModelId.of(default_model))
+    data = load_sample_questions(split="dev")
+    expected = data.questions[:2]
+    assert [t.id for t in traces] == [q.id for q in expected]
+    for trace, q in zip(traces, expected, strict=True):
+        assert trace.reference == {
+            "checker": "sql_exec", "db": q.db, "gold_sql": q.gold_sql, "category": q.difficulty
+        }  # fmt: skip
+        assert trace.group == q.difficulty and trace.tools == ()
+        assert trace.sql_schema and "CREATE TABLE" in trace.sql_schema
+        assert trace.messages[-1] == {"role": "user", "content": q.question}
+        assert default_model.tokenizer.decode(list(trace.output_token_ids)) == trace.output
+        db = ReadOnlyDatabase(data.db_path(q.db))
+        try:  # ok is execution accuracy, checked here independently
+            got, gold = db.query(trace.output.strip()), db.query(q.gold_sql)
+            want = results_match(got, gold, ordered=gold_orders(q.gold_sql))
+        except SqlExecutionError:
+            want = False
+        finally:
+            db.close()
+        assert trace.ok == want
+    # calibration replays them through the assistant's grammar and tagger, DDL labelled
+    from pask_agent.calibration.replay import TraceReplayer
+    from pask_agent.grammars.tags import SPAN_LABELS
+
+    replayer = TraceReplayer(default_model.tokenizer, default_model.model.config.vocab_size)
+    for trace in traces:
+        replayed = replayer.replay(trace)
+        labels = {SPAN_LABELS[i] for i in replayed.prompt_labels}
+        assert {"function_name", "parameter_key", "type_constraint"} <= labels
+        assert all(tag is not None for tag in replayed.tags)
+        for tag in replayed.tags:
+            tag.validate("sql")  # SQL roles (projection, relation, ...), not tool-call ones
+    bad = ["traces", "record", "--sql", "--split", "calibration", "--out", str(out)]
+    assert main(bad) == 2  # the SQL questions are split dev/test only
+
+
 def test_langchain_model_records_traces(tmp_path: Path) -> None:
     from langchain_core.messages import HumanMessage
 
