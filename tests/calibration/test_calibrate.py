@@ -273,3 +273,39 @@ def test_bad_input_is_refused_before_any_work(recorded, tmp_path) -> None:
     with pytest.raises(TraceError, match="recorded with model"):
         calibrate(CalibrationConfig(**{**base, "traces": (other,)}))  # type: ignore[arg-type]
     assert not (tmp_path / "t.json").exists()
+
+
+def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
+    smollm2, recorded, tmp_path
+) -> None:
+    """``agreement --rescore``: a pair replayed alone gets the verdict the batched measurement
+    recorded for it (rows of a batch do not interact), and keeps its earlier verdict aside."""
+    from pask_agent.calibration.agreement import rescore
+    from pask_agent.calibration.worker import ReplayWorker, WorkerSpec
+
+    # taken as correct (SmolLM2 runs on to the token limit): what matters here is that the
+    # verdicts agree, not which answers were right
+    by_where = {f"cal:{i}": replace(t, ok=True) for i, t in enumerate(read_traces(recorded[0]))}
+    worker = ReplayWorker(WorkerSpec("smollm2-135m", "bfloat16", 4, 16, 0.01))
+    keys = DecodeKeys.choose([worker.replayer.replay(t, where=w) for w, t in by_where.items()])
+    pairs, expected = [], {}
+    for where, trace in by_where.items():
+        measured = worker.measure(trace, where, keys)
+        flipped, dist = set(measured["flipped"]), measured["distortion"]
+        for name in sorted(dist):
+            # measurement replays L only where R broke the trace or INT4 distorts more than
+            # release; elsewhere it counts L as harmless without replaying it
+            twin = name[:-1] + "R"
+            if name.endswith("L") and twin not in flipped and dist[name] <= dist[twin]:
+                continue
+            pairs.append({"trace": where, "probe": name, "proxy_flip": None,
+                          "free_running_changed": False, "output": ""})  # fmt: skip
+            expected[(where, name)] = name in flipped
+    assert pairs and any(expected.values())  # some probe breaks some trace
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps({"pairs": pairs}))
+    rows = rescore(earlier, by_where, keys, "smollm2-135m")
+    assert len(rows) == len(pairs)
+    for row in rows:
+        assert row["proxy_flip"] == expected[(row["trace"], row["probe"])], row["probe"]
+        assert row["proxy_flip_before"] is None
