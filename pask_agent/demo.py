@@ -46,6 +46,7 @@ async def main() -> None:
     loaded = await anyio.to_thread.run_sync(load_model, "default")
     print(f"loaded {loaded.path} in {time.perf_counter() - t0:.1f}s\n")
     question = "How warm is it in Lisbon right now, in fahrenheit?"
+    calls = {}
     async with Runtime.open(loaded) as rt:
         for policy, budget in (("full", None), ("pask", 0.33)):
             t0 = time.perf_counter()
@@ -60,11 +61,16 @@ async def main() -> None:
             print(f"=== policy={policy} budget={budget} ({time.perf_counter() - t0:.1f}s) ===")
             for call in result.tool_calls:
                 print(f"tool call: {call.name}({call.arguments})")
+            calls[policy] = [(c.name, c.arguments) for c in result.tool_calls]
             print(
                 f"[kv] prompt={u.prompt_tokens} new={u.completion_tokens} "
                 f"kv={u.kv_bytes}B of full {u.full_kv_bytes}B -> measured B={u.measured_b:.3f}"
                 f", peak={u.peak_kv_bytes}B\n"
             )
+        # PASK keeps about 0.87 of Full KV's BFCL accuracy at B = 0.33 (README): say which
+        # side of that this request fell on rather than let the reader compare by eye
+        same = calls["pask"] == calls["full"]
+        print(f"PASK's call {'matches' if same else 'differs from'} Full KV's\n")
         flight = await rt.call(
             Flight,
             "Book a flight for two passengers from Boston to Denver on December 18, 2026.",
