@@ -102,7 +102,11 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     table = args.out / "table.json"
     result = calibrate(
         CalibrationConfig(
-            traces=(cal,), dev=(dev,), out=table, model=args.model, budget=args.budget,
+            traces=(cal,),
+            dev=(dev,),
+            out=table,
+            model=args.model,
+            budget=args.budget,
             command=f"recipes/calibrate_from_your_agent.py --model {args.model}",
         )  # fmt: skip
     )
