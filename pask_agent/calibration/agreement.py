@@ -219,7 +219,11 @@ def rescore(
     missing = sorted({p["trace"] for p in pairs} - set(by_where))
     if missing:
         raise ConfigError(f"{earlier}: pairs name traces not in --traces: {missing[:3]}")
-    worker = ReplayWorker(WorkerSpec(model, "bfloat16", 4, 16, 0.01))
+    from pask_agent.runtime.engine import RuntimeConfig
+
+    served = RuntimeConfig()  # the protection and continue-calls rule the pairs were decoded with
+    spec = WorkerSpec(model, "bfloat16", served.sinks, served.window, served.continue_calls_at)
+    worker = ReplayWorker(spec)
     rows = []
     for pair in sorted(pairs, key=lambda p: p["trace"]):
         flip = worker.probe(by_where[pair["trace"]], pair["trace"], keys, pair["probe"])

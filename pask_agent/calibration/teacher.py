@@ -327,8 +327,9 @@ class TraceContext:
         self.cand_weight = parts.lm_head_weight[cand].float()  # [T, K, d]
         self.valid = valid
         text = self._token_text or (lambda i: str(i))
-        pieces = [text(int(i)) for i in tr.output_ids]
-        continuations = ["".join(pieces[t + 1 :]) for t in range(n_t)]
+        continuations = [""] * n_t  # continuations[t]: the recorded text from token t + 1 on
+        for t in range(n_t - 2, -1, -1):
+            continuations[t] = text(int(tr.output_ids[t + 1])) + continuations[t + 1]
         self.cand_text = answer_keys(
             [[text(int(i)) for i in row] for row in cand.tolist()], continuations
         )

@@ -18,6 +18,7 @@ from pask_agent.calibration.traces import Trace, messages_json, write_traces
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check
 from pask_agent.eval.splits import cases_in
+from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
 
 ALIASES = {"simple": "simple_python"}
 
@@ -86,22 +87,31 @@ def record_bfcl(
     max_new_tokens: int = 200,
 ) -> list[Trace]:
     """Record one partition of the fixed split and write ``out`` (replacing it)."""
+
+    cases = cases_in(split, per_category=per_category, categories=categories)
+    return _record_and_write(
+        model, len(cases), lambda rt: record_cases(rt, cases, max_new_tokens=max_new_tokens), out
+    )
+
+
+def _record_and_write(model: str, requests: int, record: Any, out: Path) -> list[Trace]:
+    """Open a Full-KV runtime sized for ``requests`` at once, ``await record(rt)``, write."""
     from pask_agent.runtime.engine import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
-    cases = cases_in(split, per_category=per_category, categories=categories)
-
     async def main() -> list[Trace]:
-        config = RuntimeConfig(max_batch=max(16, min(len(cases), 64)))
+        config = RuntimeConfig(max_batch=max(16, min(requests, 64)))
         async with Runtime.open(model, config=config) as rt:
-            return await record_cases(rt, cases, max_new_tokens=max_new_tokens)
+            return await record(rt)
 
     traces = anyio.run(main)
     write_traces(out, traces)
     return traces
 
 
-async def record_sql(rt: Any, questions: Any, *, max_new_tokens: int = 160) -> list[Trace]:
+async def record_sql(
+    rt: Any, questions: SqlQuestionSet, *, max_new_tokens: int = 160
+) -> list[Trace]:
     """Serve every question of ``questions`` (a ``SqlQuestionSet``) at Full KV through the SQL
     assistant's own prompt and grammar; each trace's ``ok`` is execution accuracy against the
     gold query and its ``reference`` says how to score a replayed output again."""
@@ -115,7 +125,7 @@ async def record_sql(rt: Any, questions: Any, *, max_new_tokens: int = 160) -> l
     }
     traces: list[Trace | None] = [None] * len(questions.questions)
 
-    async def one(i: int, q: Any) -> None:
+    async def one(i: int, q: SqlQuestion) -> None:
         assistant = assistants[q.db]
         result = await assistant.complete(q.question, policy="full")
         try:
@@ -129,7 +139,7 @@ async def record_sql(rt: Any, questions: Any, *, max_new_tokens: int = 160) -> l
             output=result.text,
             output_token_ids=tuple(result.token_ids),
             model=rt.model_id,
-            sql_schema=assistant.ddl(),
+            sql_schema=assistant.schema.ddl(),
             tool_choice="none",
             parallel_tool_calls=False,
             ok=ok and result.finish_reason != "length",
@@ -167,9 +177,7 @@ def record_sql_split(
     ConfigError
         A split the SQL questions do not have (they are split dev/test only).
     """
-    from pask_agent.eval.sql_data import SPLITS, SqlQuestionSet, load_sample_questions
-    from pask_agent.runtime.engine import RuntimeConfig
-    from pask_agent.runtime.runtime import Runtime
+    from pask_agent.eval.sql_data import SPLITS, load_sample_questions
 
     if split not in SPLITS:
         raise ConfigError(
@@ -179,12 +187,7 @@ def record_sql_split(
     data = load_sample_questions(split=split)
     if limit is not None:
         data = SqlQuestionSet(data.questions[:limit], data.databases)
-
-    async def main() -> list[Trace]:
-        config = RuntimeConfig(max_batch=max(16, min(len(data.questions), 64)))
-        async with Runtime.open(model, config=config) as rt:
-            return await record_sql(rt, data, max_new_tokens=max_new_tokens)
-
-    traces = anyio.run(main)
-    write_traces(out, traces)
-    return traces
+    return _record_and_write(
+        model, len(data.questions), lambda rt: record_sql(rt, data, max_new_tokens=max_new_tokens),
+        out,
+    )  # fmt: skip

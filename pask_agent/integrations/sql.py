@@ -352,10 +352,6 @@ class SQLiteAssistant:
             raise ConfigError("the question is empty; ask something about the database")
         return await self._complete(self.messages(question), policy, budget, 0, None)
 
-    def ddl(self) -> str:
-        """The schema as ``CREATE TABLE`` statements (what a trace's ``sql_schema`` holds)."""
-        return "\n".join(t.ddl() for t in self.schema.tables)
-
     async def _candidate(
         self, i: int, messages: list[dict[str, str]], policy: str | None, budget: float | None
     ) -> tuple[SqlCandidate, QueryResult | None]:

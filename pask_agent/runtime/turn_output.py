@@ -35,7 +35,7 @@ def record_turn(
     # the line; calibration reads either ``ok`` or a ``reference``.
     specs = [ToolSpec.from_any(t).to_openai() for t in tools or ()]
     schema = spec.payload if spec.kind == "sql" else None
-    ddl = "\n".join(t.ddl() for t in schema.tables) if schema is not None else None
+    ddl = schema.ddl() if schema is not None else None
     trace = Trace(
         messages=tuple(messages_json(messages)),
         output=f.text,
