@@ -12,7 +12,7 @@ from server_harness import ThreadServer, smol_server
 @pytest.fixture(scope="session")
 def smol(smollm2: Any) -> Iterator[ThreadServer]:
     """One SmolLM2 server (Full KV by default) for the tests that do not need their own."""
-    with smol_server(smollm2, max_queue=32) as server:
+    with smol_server(smollm2) as server:
         yield server
 
 
