@@ -25,7 +25,7 @@ def add_parser(sub: Any) -> None:
         "--parallel",
         action="store_true",
         default=None,
-        help="the output is an array of calls (default: inferred, an output starting with '[')",
+        help="the output's calls are an array (default: inferred, calls starting with '[')",
     )
     parallel.add_argument("--no-parallel", dest="parallel", action="store_false")
     p.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
@@ -37,10 +37,13 @@ def run(args: argparse.Namespace) -> int:
     from pask_agent.grammars.json.tagger import FunctionCallTagger
     from pask_agent.grammars.token_text import token_texts
     from pask_agent.grammars.tool_spec import load_tool_specs
+    from pask_agent.runtime.mixed_output import split_output
     from pask_agent.runtime.models import load_tokenizer
 
     tools = load_tool_specs(args.tools)
-    parallel = args.parallel if args.parallel is not None else args.output.startswith("[")
+    parallel = args.parallel
+    if parallel is None:  # the calls may follow text (tool_choice="auto")
+        parallel = (split_output(args.output)[1] or "").startswith("[")
     tagger = FunctionCallTagger(tools, parallel=parallel, tool_choice=args.tool_choice)
     tokenizer = load_tokenizer(args.model)
     ids = tokenizer(args.output, add_special_tokens=False)["input_ids"]

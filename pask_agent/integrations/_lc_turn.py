@@ -30,6 +30,7 @@ from pask_agent.integrations._lc_messages import (
 )
 from pask_agent.integrations._portal import RuntimeHost
 from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.mixed_output import OutputSplitter
 from pask_agent.runtime.outputs import schema_prompt
 from pask_agent.runtime.results import ChatResult, Delta, ToolCall
 from pask_agent.runtime.runtime import Conversation, Runtime
@@ -259,55 +260,71 @@ def salvage_wrapped_call(result: ChatResult, tools: Sequence[dict[str, Any]]) ->
 
 
 class _ChunkBuilder:
-    """Turns runtime deltas into chunks: tool calls held until parsed, stop sequences cut."""
+    """Turns runtime deltas into chunks: text as it comes (stop sequences cut it), then the
+    tool calls, held until parsed and sent whole in the last chunk.
+
+    Under ``tool_choice="auto"`` an answer is text, calls, or text and then calls from a new
+    line (``runtime/mixed_output.py``). An answer that opens like a wrapped call
+    (``_WRAPPED_CALL_OPENINGS``) is held whole, to be salvaged as a call at the end.
+    """
 
     def __init__(self, req: TurnRequest, *, tool_mode: bool) -> None:
         self.req = req
-        self.tool_mode = tool_mode
-        self.is_call: bool | None = None if tool_mode else False
-        self.text = ""
+        # None until the answer's first non-blank characters tell a wrapped call from the rest
+        self.wrapped: bool | None = None if tool_mode else False
+        self.split = OutputSplitter(calls_allowed=tool_mode)
+        self.raw = ""  # the answer as written
+        self.text = ""  # its content so far (a stop sequence cuts it)
         self.sent = 0  # characters of ``text`` already yielded
         self.tokens = 0
         self.stopped = False
         self.result: ChatResult | None = None
         self.prompt_tokens = 0
 
+    @property
+    def is_call(self) -> bool:
+        """The answer holds a call (a wrapped one, or calls after its text)."""
+        return bool(self.wrapped) or self.split.in_calls
+
     def feed(self, delta: Delta) -> list[ChatGenerationChunk]:
-        self.text += delta.text
+        self.raw += delta.text
         self.tokens += len(delta.token_ids)
-        if self.is_call is None:
-            head = self.text.lstrip()
+        piece = delta.text
+        if self.wrapped is None:
+            head = self.raw.lstrip()
             if not head or any(w.startswith(head) for w in _WRAPPED_CALL_OPENINGS):
                 return []  # cannot tell yet
-            self.is_call = head[0] in "{[" or head.startswith(_WRAPPED_CALL_OPENINGS)
-        if self.is_call:
-            return []  # a tool call is reported whole, once parsed
-        cut = self._stop_at()
-        if cut is not None:
-            self.text, self.stopped = self.text[:cut], True
-            return self._send(len(self.text))
-        return self._send(len(self.text) - self._held_back())
+            self.wrapped, piece = head.startswith(_WRAPPED_CALL_OPENINGS), self.raw
+        if self.wrapped:
+            return []  # a wrapped call is reported whole, once salvaged
+        content, _ = self.split.feed(piece)  # calls are parsed from the result, at the end
+        return self._content(content, whole=self.split.in_calls)
 
-    def _stop_at(self) -> int | None:
+    def _content(self, new: str, *, whole: bool) -> list[ChatGenerationChunk]:
+        """``whole``: no more text will come (the answer ended, or its calls began)."""
+        self.text += new
         hits = [i for s in self.req.stop if (i := self.text.find(s)) >= 0]
-        return min(hits) if hits else None
-
-    def _held_back(self) -> int:
-        return stop_holdback(self.text, self.req.stop)
-
-    def _send(self, upto: int) -> list[ChatGenerationChunk]:
+        if hits:
+            self.text, self.stopped = self.text[: min(hits)], True
+        held = 0 if whole or self.stopped else stop_holdback(self.text, self.req.stop)
+        upto = len(self.text) - held
         if upto <= self.sent:
             return []
         piece, self.sent = self.text[self.sent : upto], upto
         return [ChatGenerationChunk(message=AIMessageChunk(content=piece))]
 
     def final(self) -> ChatGenerationChunk:
-        """The last chunk: remaining text or the tool calls, usage and response metadata."""
+        """The last chunk: remaining text and the tool calls, usage and response metadata."""
         result = self.result
         if result is not None and self.is_call and not result.tool_calls and self.req.tools:
             result = salvage_wrapped_call(result, self.req.tools)
         calls = tool_call_chunk_dicts(result) if result is not None else []
-        rest = "" if calls else self.text[self.sent :]  # an unparsed "call" stays visible
+        if calls or self.stopped:
+            rest = self.text[self.sent :]
+        elif self.is_call or self.wrapped is None:
+            rest = self.raw[self.sent :]  # an unparsed "call" stays visible
+        else:
+            rest = "".join(c.text for c in self._content(self.split.finish(), whole=True))
         if result is not None:
             usage = usage_metadata(
                 result.usage.prompt_tokens,

@@ -19,6 +19,7 @@ from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.json.tool_grammar import compile_tool_grammar
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
 from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.runtime.mixed_output import split_output
 from pask_agent.runtime.results import ToolCall
 
 TEXT = OutputSpec("text", None)
@@ -73,12 +74,13 @@ class OutputCompiler:
 
 
 def parse_tool_calls(text: str, tools: Sequence[ToolSpec]) -> tuple[ToolCall, ...]:
-    """Tool calls in a grammar-bound answer; free text (or a truncated call) gives none."""
-    stripped = text.strip()
-    if not stripped.startswith(("{", "[")):
+    """Tool calls in a grammar-bound answer, alone or after its text (``mixed_output.py``);
+    free text, or a call cut before it closed, gives none."""
+    _, calls_text = split_output(text)
+    if calls_text is None:
         return ()
     try:
-        value = json.loads(stripped)
+        value = json.loads(calls_text)
     except json.JSONDecodeError:
         return ()
     items = value if isinstance(value, list) else [value]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pask_agent.runtime.mixed_output import split_output
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -73,7 +75,11 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ChatResult:
-    """``message`` is an OpenAI assistant message dict (``content`` and/or ``tool_calls``)."""
+    """``message`` is an OpenAI assistant message dict (``content`` and/or ``tool_calls``).
+
+    ``text`` is the whole output; with calls, ``content`` is the text written before them
+    (``runtime/mixed_output.py``).
+    """
 
     text: str
     tool_calls: tuple[ToolCall, ...]
@@ -82,11 +88,14 @@ class ChatResult:
     token_ids: tuple[int, ...] = field(default=())
 
     @property
+    def content(self) -> str | None:
+        """The message text: the whole output, or with calls the text before them (None when
+        there is none)."""
+        return split_output(self.text)[0] if self.tool_calls else self.text
+
+    @property
     def message(self) -> dict[str, Any]:
-        msg: dict[str, Any] = {
-            "role": "assistant",
-            "content": None if self.tool_calls else self.text,
-        }
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [c.as_openai() for c in self.tool_calls]
         return msg

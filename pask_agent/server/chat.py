@@ -1,10 +1,9 @@
 """One chat completion on the runtime: streamed or whole, cut by stop sequences, cancelled when
 the client goes away.
 
-``ChatTurn`` turns the runtime's deltas into OpenAI delta pieces: text (held back while it
-could still be the start of a stop sequence) or tool-call deltas (``tool_deltas.py``). Under
-``tool_choice="auto"`` the first non-blank character decides which: the grammar lets free text
-start with anything but ``{`` / ``[``.
+``ChatTurn`` turns the runtime's deltas into OpenAI delta pieces (``answer_pieces.py``): text,
+tool-call deltas, or under ``tool_choice="auto"`` text and then, from the line where a call
+begins, tool-call deltas.
 
 ``TurnResponse`` is the ASGI response that runs it. Why not Starlette's ``StreamingResponse``:
 a request must be cancelled when its client disconnects at any point (waiting in the queue,
@@ -25,12 +24,11 @@ from starlette.types import Receive, Scope, Send
 from pask_agent.errors import PaskError
 from pask_agent.runtime.results import ChatResult, Delta
 from pask_agent.runtime.runtime import Runtime
-from pask_agent.runtime.stops import stop_holdback
 from pask_agent.server import responses, sse
+from pask_agent.server.answer_pieces import AnswerPieces
 from pask_agent.server.errors import APIError, api_error
 from pask_agent.server.metrics import ServerMetrics
 from pask_agent.server.protocol import TurnSpec
-from pask_agent.server.tool_deltas import ToolCallDeltas
 
 
 class ChatTurn:
@@ -47,12 +45,7 @@ class ChatTurn:
     ) -> None:
         self.rt, self.spec, self.stamp, self.metrics = rt, spec, stamp, metrics
         self.policy = spec.policy or policy
-        self.mode: str | None = None if spec.tool_mode else "text"  # "text" | "calls"
-        self.pending = ""  # text before the mode is known
-        self.text = ""  # content so far (stop sequences cut it)
-        self.sent = 0  # characters of ``text`` handed out
-        self.calls = ToolCallDeltas()
-        self.stopped = False  # a stop sequence ended the turn
+        self.answer = AnswerPieces(stop=spec.stop, calls_allowed=spec.tool_mode)
         self.completion_tokens = 0
         self.result: ChatResult | None = None
         self._items: AsyncIterator[Delta | ChatResult] | None = None
@@ -108,49 +101,20 @@ class ChatTurn:
                 else:
                     self.completion_tokens += len(item.token_ids)
                     self.metrics.tokens(len(item.token_ids))
-                    for piece in self._route(item.text):
+                    for piece in self.answer.feed(item.text):
                         yield piece
-                    if self.stopped:
+                    if self.answer.stopped:
                         return
                 item = await anext(items, None)
-            rest = self._take(len(self.text)) + self.pending
-            if rest and self.mode != "calls":
-                yield {"content": rest}
+            for piece in self.answer.finish():
+                yield piece
         finally:
             with anyio.CancelScope(shield=True):
                 await items.aclose()  # cancels the runtime request if it is still running
 
-    def _route(self, text: str) -> list[dict[str, Any]]:
-        if self.mode is None:
-            self.pending += text
-            head = self.pending.lstrip()
-            if not head:
-                return []
-            self.mode = "calls" if head[0] in "{[" else "text"
-            text, self.pending = self.pending, ""
-        if self.mode == "calls":
-            deltas = self.calls.feed(text)
-            return [{"tool_calls": deltas}] if deltas else []
-        self.text += text
-        hits = [i for s in self.spec.stop if (i := self.text.find(s)) >= 0]
-        if hits:
-            self.text, self.stopped = self.text[: min(hits)], True
-            piece = self._take(len(self.text))
-        else:
-            piece = self._take(len(self.text) - self._held_back())
-        return [{"content": piece}] if piece else []
-
-    def _take(self, upto: int) -> str:
-        piece = self.text[self.sent : upto] if upto > self.sent else ""
-        self.sent = max(self.sent, upto)
-        return piece
-
-    def _held_back(self) -> int:
-        return stop_holdback(self.text, self.spec.stop)
-
     @property
     def finish_reason(self) -> str:
-        if self.stopped or self.result is None:
+        if self.answer.stopped or self.result is None:
             return "stop"
         return self.result.finish_reason
 
@@ -179,8 +143,7 @@ class ChatTurn:
         async for _ in self.pieces():
             pass
         calls = self.result is not None and bool(self.result.tool_calls)
-        # a call cut before it closed (finish_reason "length") stays visible as text
-        content = None if calls else (self.calls.text if self.mode == "calls" else self.text)
+        content = self.answer.content(parsed_calls=calls)
         return responses.completion(
             self.stamp,
             content=content,

@@ -65,10 +65,10 @@ def completion(
     finish_reason: str,
     usage: dict[str, Any],
 ) -> dict[str, Any]:
-    """A ``chat.completion`` object with one choice."""
+    """A ``chat.completion`` object with one choice; ``content`` may stand next to the calls
+    (the text written before them)."""
     message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
     if result is not None and result.tool_calls:
-        message["content"] = None
         message["tool_calls"] = [c.as_openai() for c in result.tool_calls]
     return {
         "id": stamp.id,

@@ -9,15 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from langchain_core.language_models.chat_models import generate_from_stream
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatGenerationChunk
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
+from pask_agent.grammars.tool_spec import tool_specs
 from pask_agent.integrations._lc_messages import to_openai_messages
 from pask_agent.integrations._lc_tools import normalize_tool_choice
 from pask_agent.integrations._lc_turn import TurnRequest, _ChunkBuilder, salvage_wrapped_call
 from pask_agent.integrations._portal import runtime_registry
 from pask_agent.integrations.langchain import PaskChatModel
+from pask_agent.runtime.outputs import parse_tool_calls
 from pask_agent.runtime.results import ChatResult, Delta, Usage
 
 
@@ -172,12 +176,12 @@ def test_stop_sequence_cuts_text_across_deltas() -> None:
     assert final.message.usage_metadata["output_tokens"] == 3  # the stop was in the 3rd
 
 
-def _request(stop: tuple[str, ...]) -> TurnRequest:
+def _request(stop: tuple[str, ...], tools: tuple[dict[str, Any], ...] | None = None) -> TurnRequest:
     return TurnRequest(
         host=runtime_registry().host("default"),  # not started: hosts start on first call
         model_name="default",
         messages=({"role": "user", "content": "hi"},),
-        tools=None,
+        tools=tools,
         tool_choice="auto",
         parallel_tool_calls=True,
         response_format=None,
@@ -192,3 +196,69 @@ def _request(stop: tuple[str, ...]) -> TurnRequest:
         max_retries=0,
         conversation_id=None,
     )
+
+
+CALL = '{"name": "get_weather", "arguments": {"location": "Oslo"}}'
+
+
+def _turn(
+    text: str, *, stop: tuple[str, ...] = (), step: int = 3
+) -> tuple[list[ChatGenerationChunk], _ChunkBuilder]:
+    """Feed ``text`` in pieces as the runtime would, then the result the runtime would give."""
+    builder = _ChunkBuilder(_request(stop, tools=(WEATHER,)), tool_mode=True)
+    chunks: list[ChatGenerationChunk] = []
+    for i in range(0, len(text), step):
+        chunks += builder.feed(Delta(text[i : i + step], (1,)))
+        if builder.stopped:
+            break
+    if not builder.stopped:
+        calls = parse_tool_calls(text, tool_specs([WEATHER]))
+        usage = Usage(10, len(text), 10, 0, 0, 1.0, 0, 0.0, 0.0)
+        builder.result = ChatResult(text, calls, usage, "tool_calls" if calls else "stop")
+    return [*chunks, builder.final()], builder
+
+
+@pytest.mark.parametrize("step", [1, 2, 5, 100])
+def test_mixed_turn_streams_text_then_tool_calls(step: int) -> None:
+    chunks, _ = _turn("Let me check the weather.\n\n" + CALL, step=step)
+    *text_chunks, last = chunks
+    assert "".join(c.message.content for c in text_chunks) == "Let me check the weather."
+    assert all(not c.message.tool_call_chunks for c in text_chunks)
+    assert last.message.content == "" and last.message.tool_call_chunks
+    message = generate_from_stream(iter(chunks)).generations[0].message
+    assert message.content == "Let me check the weather."
+    assert [(c["name"], c["args"]) for c in message.tool_calls] == [
+        ("get_weather", {"location": "Oslo"})
+    ]
+    assert message.response_metadata["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("text", "content", "n_calls"),
+    [
+        (CALL, "", 1),
+        (f"[{CALL}, {CALL}]", "", 2),
+        ("Sunny.\n\nWindy later.\n", "Sunny.\n\nWindy later.\n", 0),
+        ("Let me check.\n" + CALL[:20], "Let me check.\n" + CALL[:20], 0),  # cut: stays text
+        ("Two:\n" + f"[{CALL}, {CALL}]", "Two:", 2),
+    ],
+)
+def test_turn_assembles_like_the_runtime_message(text: str, content: str, n_calls: int) -> None:
+    chunks, _ = _turn(text)
+    message = generate_from_stream(iter(chunks)).generations[0].message
+    assert message.content == content
+    assert len(message.tool_calls) == n_calls
+
+
+def test_stop_sequence_in_the_text_drops_the_calls() -> None:
+    chunks, builder = _turn("Let me check. END\n" + CALL, stop=("END",))
+    message = generate_from_stream(iter(chunks)).generations[0].message
+    assert builder.stopped and message.content == "Let me check. " and not message.tool_calls
+
+
+def test_wrapped_call_is_still_held_and_salvaged() -> None:
+    text = "```json\n" + CALL + "\n```"
+    chunks, builder = _turn(text)
+    assert builder.wrapped and len(chunks) == 1  # nothing streamed before the last chunk
+    message = generate_from_stream(iter(chunks)).generations[0].message
+    assert message.content == "" and message.tool_calls[0]["args"] == {"location": "Oslo"}
