@@ -106,8 +106,14 @@ def test_parse_tool_calls_reads_calls_after_text() -> None:
 
 
 def _finished(text: str, reason: str = "stop") -> Finished:
-    kv = KVReport(4, 64, 0, 0, 64, 64, 0, 0)
-    return Finished((1, 2, 3, 4), text, reason, 10, 10, kv, 0.0, 0.0)
+    kv = KVReport(
+        tokens=14, high_bytes=64, low_bytes=0, scale_bytes=0, full_bytes=64, peak_bytes=64,
+        sinks=4, window=16,
+    )  # fmt: skip
+    return Finished(
+        token_ids=(1, 2, 3, 4), text=text, reason=reason, prompt_tokens=10, prefilled_tokens=10,
+        kv=kv, ttft_s=0.0, tpot_s=0.0,
+    )  # fmt: skip
 
 
 TOOLS_SPEC = OutputSpec("tools", None, None, SPECS)
