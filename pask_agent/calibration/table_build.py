@@ -1,9 +1,10 @@
 """Write the selected candidate as a frozen ``PolicyTable``, and the App. D.7 mismatch check.
 
 Calibration on tool-calling traces measures the function-calling buckets and the prompt
-labels. Buckets it has no traces for (the SQL family's own roles and states, labels that never
-occurred) keep the hand-written entries, and the table's ``calibration.carried_over`` names
-every one of them, so nobody mistakes a prior for a measurement.
+labels. Buckets it has no traces for (the SQL family's own roles and states, prose when the
+traces hold only calls, labels that never occurred) keep the hand-written entries, and the
+table's ``calibration.carried_over`` names every one of them, so nobody mistakes a prior for a
+measurement.
 """
 
 from __future__ import annotations
@@ -86,11 +87,19 @@ def assemble_table(
             )
         entries[keys.name(b)] = row
     default = entries.pop("<default>")
-    # SQL buckets no trace measured keep the prior's entries (and are listed as carried over)
+    # Buckets no trace measured keep the prior's entries (and are listed as carried over): the
+    # SQL family's own roles and states, and every class no measured key belongs to (prose,
+    # ``text``, when the traces hold only calls). Other unmeasured keys resolve to a measured
+    # parent through the fallback chain, so they are not carried.
+    measured_classes = {k.split("/")[0] for k in entries if k != "<default>"}
     carried = [
         k
         for k in prior.decode
-        if _valid_in(k, "sql") and not _valid_in(k, "function_calling") and k not in entries
+        if k not in entries
+        and (
+            (_valid_in(k, "sql") and not _valid_in(k, "function_calling"))
+            or k.split("/")[0] not in measured_classes
+        )
     ]
     decode_table = {**{k: prior.decode[k] for k in carried}, **entries}
     if decode.tokens[-1] == 0:  # no untagged token was seen: keep untagged tokens high

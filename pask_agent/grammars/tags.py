@@ -12,10 +12,19 @@ from typing import Literal
 
 TagFamily = Literal["function_calling", "sql"]
 
-CLASSES: tuple[str, ...] = ("pure_scaffold", "schema_bearing", "free_generation")
+# ``text``: prose an assistant writes under tool_choice auto/none, before a call or instead of
+# one (the paper leaves mixed turns as future work; its vocabularies are the first three).
+CLASSES: tuple[str, ...] = ("pure_scaffold", "schema_bearing", "free_generation", "text")
 NEXTS: tuple[str, ...] = ("lookahead_critical", "no_lookahead")
 
-FC_ROLES: tuple[str, ...] = ("scaffold_separator", "required", "optional", "dispatch_key")
+FC_ROLES: tuple[str, ...] = (
+    "scaffold_separator",
+    "required",
+    "optional",
+    "dispatch_key",
+    "text_body",
+    "text_boundary",
+)
 FC_STATES: tuple[str, ...] = ("boundary", "critical")
 
 SQL_ROLES: tuple[str, ...] = ("projection", "relation", "predicate", "outside_schema")

@@ -24,7 +24,13 @@ for (the SQL family). The choices follow the paper's intuition rather than measu
   (tables and columns) at B = 0.33 measured B = 0.47 on the sample test split;
 - the scores are placeholders ordered by those intuitions (R→L ranks above L→H, lower layer
   groups slightly above upper ones); the reserve assumes runs of 3/2/1 fully protected tokens
-  after critical/boundary/stable states: ``Γ(s; B_D) = k_s · (1 − B_D)`` in units of ``C_full``.
+  after critical/boundary/stable states: ``Γ(s; B_D) = k_s · (1 − B_D)`` in units of ``C_full``;
+- prose (the ``text`` class: what an assistant writes before a call or instead of one, a
+  vocabulary the paper leaves to future work) is held at ``L`` like every generated token;
+  a sentence's body and its boundaries (``. ! ? ; :`` and line breaks, where the model decides
+  what comes next) are separate buckets so that calibration can tell them apart. Calibration
+  has no prose traces yet, so the calibrated table carries these entries over and names them
+  in ``calibration.carried_over``.
 
 Regenerate the committed fixture with ``python -m pask_agent.policy.default_table``.
 """
@@ -54,7 +60,7 @@ DEFAULT_TABLE_PATH = policy_table_path("default")
 HAND_WRITTEN_TABLE_PATH = policy_table_path("default.hand-written")
 
 _GROUP_WEIGHT = (1.0, 0.9, 0.8)
-_CLASS_WEIGHT = {"schema_bearing": 1.0, "free_generation": 0.6, "pure_scaffold": 0.2}
+_CLASS_WEIGHT = {"schema_bearing": 1.0, "free_generation": 0.6, "text": 0.4, "pure_scaffold": 0.2}
 _RESERVE_RUN = {"critical": 3.0, "boundary": 2.0, "stable": 1.0}
 _RESERVE_POOLED_RUN = 2.0
 _RESERVE_BUDGETS = (0.25, 0.33, 0.5, 0.75, 1.0)
@@ -71,11 +77,14 @@ _ROLE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "projection": (("H", "L"),) * 3,
     "predicate": _KEEP_LOW,
     "outside_schema": _KEEP_LOW,
+    "text_body": _KEEP_LOW,
+    "text_boundary": _KEEP_LOW,
 }
 _CLASS_RULES: dict[str, tuple[tuple[str, str], ...]] = {
     "schema_bearing": _KEEP_LOW,
     "free_generation": _KEEP_LOW,
     "pure_scaffold": _KEEP_LOW,
+    "text": _KEEP_LOW,
 }
 _DEFAULT_DECODE = _KEEP_LOW
 

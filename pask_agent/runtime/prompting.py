@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pask_agent.grammars.json.history_spans import history_call_spans
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
@@ -41,7 +42,8 @@ def prepare_turn(
     """Render the prompt, label its spans, and pick the output grammar.
 
     ``label_spans(text)`` overrides how prompt spans are labelled (the SQL helper labels its
-    DDL); by default the tool schemas rendered into the prompt are labelled.
+    DDL); by default the tool schemas rendered into the prompt are labelled, and so are the
+    calls earlier assistant turns made (``history_spans``: by structure, not as plain content).
     """
     spec = TEXT
     specs: tuple[ToolSpec, ...] = ()
@@ -52,6 +54,9 @@ def prepare_turn(
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     span_labels = None
     if labels:
-        spans = label_spans(text) if label_spans else label_prompt_spans(text, specs)
+        if label_spans is not None:
+            spans = label_spans(text)
+        else:
+            spans = [*label_prompt_spans(text, specs), *history_call_spans(text, specs)]
         span_labels = labels_for_tokens(text, spans, tokenizer)
     return PreparedTurn(ids, span_labels, spec)

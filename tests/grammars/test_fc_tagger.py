@@ -132,14 +132,42 @@ def test_auto_free_text_and_the_deciding_first_token() -> None:
     tagger = FunctionCallTagger(TOOLS, parallel=False)
     assert not tagger.is_complete  # the grammar needs at least one character
     first = tagger.feed("Hello")
-    assert first == tag("free_generation", "scaffold_separator", "critical", "no_lookahead")
+    assert first == tag("text", "text_body", "critical", "no_lookahead")
     assert tagger.is_complete
-    assert tagger.feed(" {there}").state == "boundary"
+    assert tagger.feed(" {there}") == tag("text", "text_body", "boundary", "no_lookahead")
     call = FunctionCallTagger(TOOLS, parallel=False).feed("{")
     assert call.state == "critical" and call.cls == "pure_scaffold"
     none = FunctionCallTagger(TOOLS, parallel=False, tool_choice="none")
     with pytest.raises(GrammarRejectedError, match="must not start"):
         none.feed('{"name"')
+
+
+def test_auto_text_then_calls_is_one_turn() -> None:
+    """Under auto, prose may end in calls on a line of their own (a mixed turn): the prose gets
+    text tags, the newline before a possible call looks ahead to a decision, and the `{` that
+    turns text into a call is that decision."""
+    tagger = FunctionCallTagger(TOOLS, parallel=True)
+    assert tagger.feed("I will check") == tag("text", "text_body", "critical", "no_lookahead")
+    assert tagger.feed(" the time.") == tag("text", "text_boundary", "boundary", "no_lookahead")
+    newline = tagger.feed("\n")
+    assert newline == tag("text", "text_boundary", "boundary", "lookahead_critical")
+    assert tagger.is_complete  # prose alone is a whole answer
+    opener = tagger.feed("[")
+    assert opener == tag("pure_scaffold", "scaffold_separator", "critical", "no_lookahead")
+    assert not tagger.is_complete
+    tagger.feed(call_text("get_time", zone="UTC") + "]")
+    assert tagger.is_complete
+    with pytest.raises(GrammarRejectedError, match="already complete"):
+        tagger.feed("\n")  # the calls end the turn
+    # A text line can no longer open with a brace once calls may follow it...
+    mixed = FunctionCallTagger(TOOLS, parallel=False)
+    mixed.feed("Sure.\n")
+    with pytest.raises(GrammarRejectedError):
+        mixed.feed("{oops")
+    # ...but without calls (tool_choice none) any line may.
+    prose = FunctionCallTagger(TOOLS, parallel=False, tool_choice="none")
+    prose.feed("Sure.\n")
+    assert prose.feed("{ok}").cls == "text" and prose.is_complete
 
 
 def test_parallel_array_completion() -> None:

@@ -211,8 +211,10 @@ def output_text(config: str) -> st.SearchStrategy[str]:
     if choice != "auto":
         return output
     free = st.text(min_size=1, max_size=12).filter(lambda t: t[0] not in FREE_TEXT_FORBIDDEN_FIRST)
-    # under auto a parallel grammar also takes one bare call
-    return st.one_of(output, output, free, *([call] if parallel else []))
+    # under auto a parallel grammar also takes one bare call, and text may end in calls on a
+    # line of their own (a text line opening with a brace is where both must reject)
+    mixed = st.builds(lambda t, o: f"{t}\n{o}", free, output)
+    return st.one_of(output, output, free, mixed, *([call] if parallel else []))
 
 
 # ---- walking both parsers ----------------------------------------------------------------------

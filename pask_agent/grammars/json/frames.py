@@ -85,10 +85,13 @@ class NumFrame:
 
 @dataclass(frozen=True, slots=True)
 class TextFrame:
-    pass
+    """Inside free text: ``line_start`` right after a newline; ``then`` the calls that may
+    start there (``TextNode.then``)."""
+
+    line_start: bool = False
+    then: Node | None = None
 
 
 Frame = StartFrame | RecFrame | MapFrame | ArrFrame | StrFrame | LitFrame | NumFrame | TextFrame
 Stack = tuple[Frame, "Stack"] | None
 Step = tuple[Stack, Kind, Role]
-TEXT_FRAME = TextFrame()

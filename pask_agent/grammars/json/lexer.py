@@ -6,7 +6,8 @@ knows this too but keeps its parser state private (DESIGN.md, "Seams"), so this 
 small parser over the same language as ``ebnf`` + ``tool_grammar`` (nodes in ``nodes.py``,
 frames in ``frames.py``): keys in schema order, separators exactly ``", "`` and ``": "``, no
 other whitespace, bounded numbers, strings without raw control characters, free text whose first
-character is not ``{``/``[``.
+character is not ``{``/``[`` (under ``tool_choice="auto"`` followed, after a newline, by calls:
+a text line that starts with ``{``/``[`` is where the calls begin).
 
 A configuration is an immutable linked stack ``(frame, parent)`` of small frozen frames. The
 depth is bounded by the schema's nesting and a step replaces only the top frame, so a snapshot
@@ -35,7 +36,6 @@ from pask_agent.grammars.json.frames import (
     N_START,
     N_ZERO,
     OPEN,
-    TEXT_FRAME,
     VALUE,
     ArrFrame,
     LitFrame,
@@ -51,7 +51,9 @@ from pask_agent.grammars.json.frames import (
 from pask_agent.grammars.json.nodes import (
     ANY_LITERALS,
     ANY_STRING,
+    CALL_OPENERS,
     FREE_TEXT_FORBIDDEN_FIRST,
+    TEXT_BOUNDARY_CHARS,
     AnyNode,
     ArrayNode,
     DispatchNode,
@@ -153,7 +155,7 @@ def _start(node: Node, role: Role, ch: str, parent: Stack, choice: int = -1) -> 
     if kind is TextNode:
         if ch in FREE_TEXT_FORBIDDEN_FIRST:
             raise Reject(f"free text must not start with {ch!r} (calls must be bare JSON)")
-        return [((TEXT_FRAME, parent), Kind.TEXT, Role.SCAFFOLD)]
+        return [_text_char(TextFrame(False, node.then), parent, ch)]
     raise TypeError(f"unknown scanner node {node!r}")
 
 
@@ -383,7 +385,20 @@ def _step_num(f: NumFrame, rest: Stack, ch: str) -> list[Step]:
 
 
 def _step_text(f: TextFrame, rest: Stack, ch: str) -> list[Step]:
-    return [((f, rest), Kind.TEXT, Role.SCAFFOLD)]
+    if f.line_start and f.then is not None and ch in CALL_OPENERS:
+        # A line that opens with `{`/`[` is the calls that end the output (tool_choice auto).
+        steps = _start(f.then, Role.SCAFFOLD, ch, rest)
+        return [(new, Kind.CALL_AFTER_TEXT, role) for new, _, role in steps]
+    return [_text_char(f, rest, ch)]
+
+
+def _text_char(f: TextFrame, rest: Stack, ch: str) -> Step:
+    line_start = ch == "\n"
+    if line_start != f.line_start:
+        f = TextFrame(line_start, f.then)
+    if ch in TEXT_BOUNDARY_CHARS:
+        return (f, rest), Kind.TEXT_BOUNDARY, Role.TEXT_BOUNDARY
+    return (f, rest), Kind.TEXT, Role.TEXT_BODY
 
 
 _STEPPERS = {

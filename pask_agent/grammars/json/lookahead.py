@@ -46,7 +46,7 @@ def upcoming(stack: Stack) -> frozenset[Kind]:
     f = stack[0]
     kind = type(f)
     if kind is TextFrame:
-        return _K_TEXT
+        return _K_TEXT_OR_CALL if f.line_start and f.then is not None else _K_TEXT
     if kind is StartFrame:
         return _start_kinds(f.node, -1)
     if kind is StrFrame:
@@ -123,11 +123,12 @@ def pending(stack: Stack) -> tuple[Kind, Role]:
     if isinstance(f, RecFrame) and f.phase == KEY:
         return f.node.props[f.cands[0]].key_kind, max(f.node.props[j].role for j in f.cands)
     if isinstance(f, TextFrame | StartFrame):
-        return Kind.TEXT, Role.SCAFFOLD
+        return Kind.TEXT, Role.TEXT_BODY
     return Kind.PUNCT, Role.SCAFFOLD
 
 
-_K_TEXT = frozenset((Kind.TEXT,))
+_K_TEXT = frozenset((Kind.TEXT, Kind.TEXT_BOUNDARY))
+_K_TEXT_OR_CALL = _K_TEXT | {Kind.CALL_AFTER_TEXT}
 _K_PUNCT = frozenset((Kind.PUNCT,))
 _K_FIRST = frozenset((Kind.VALUE_FIRST,))
 _K_STR_FIRST = frozenset((Kind.VALUE_FIRST, Kind.QUOTE))

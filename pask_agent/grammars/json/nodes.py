@@ -29,16 +29,21 @@ class Kind(enum.IntEnum):
     LITERAL = 6  # enum/const/true/false/null characters
     VALUE_FIRST = 7  # first character of a free string or number (or free map key)
     VALUE_REST = 8  # later characters of a free string or number
-    TEXT = 9  # free text (tool_choice auto/none)
+    TEXT = 9  # free text (tool_choice auto/none): a sentence's body
+    TEXT_BOUNDARY = 10  # free text that ends a sentence or a line (. ! ? ; : newline)
+    CALL_AFTER_TEXT = 11  # the `{`/`[` at a line start that turns text into a call (auto)
 
 
 class Role(enum.IntEnum):
-    """Whose value a character belongs to; ordered from least to most protective."""
+    """Whose value a character belongs to; ordered from least to most protective (prose below
+    any part of a call)."""
 
-    SCAFFOLD = 0
-    OPTIONAL = 1
-    REQUIRED = 2
-    DISPATCH = 3
+    TEXT_BODY = 0
+    TEXT_BOUNDARY = 1
+    SCAFFOLD = 2
+    OPTIONAL = 3
+    REQUIRED = 4
+    DISPATCH = 5
 
 
 # ---- schema nodes (immutable, compared by identity) --------------------------------------------
@@ -139,11 +144,22 @@ class UnionNode:
 # the small models' habit of wrapping calls in fences (```json) or tags (<tool_call>) or
 # leading blank lines cannot smuggle a call into text. The grammar and the tagger share it.
 FREE_TEXT_FORBIDDEN_FIRST = "{[`< \t\r\n"
+# Under auto, text may be followed by calls: a line that starts with one of these is a call.
+CALL_OPENERS = "{["
+# Characters that end a sentence or a line of prose (the ``text_boundary`` role).
+TEXT_BOUNDARY_CHARS = frozenset(".!?;:\n")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TextNode:
-    """Free text of at least one character; its first is not in FREE_TEXT_FORBIDDEN_FIRST."""
+    """Free text of at least one character; its first is not in FREE_TEXT_FORBIDDEN_FIRST.
+
+    ``then``: the calls that may follow the text (``tool_choice="auto"``). They start at a line
+    start with ``{`` or ``[``, so no later line of the text may start with those; the calls end
+    the output. ``None`` (``tool_choice="none"``): text only, any line may start with anything.
+    """
+
+    then: Node | None = None
 
 
 Node = (
@@ -259,5 +275,6 @@ def output_node(
     array = ArrayNode((), call, 1, None)
     options: tuple[Node, ...] = ((array, call) if text else (array,)) if parallel else (call,)
     if text:
-        options = (*options, TextNode())
+        calls_node = options[0] if len(options) == 1 else UnionNode(options)
+        options = (*options, TextNode(then=calls_node))  # text, then maybe calls (auto)
     return options[0] if len(options) == 1 else UnionNode(options)

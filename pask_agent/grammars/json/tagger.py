@@ -4,8 +4,9 @@ PASK's decode signal is the parser's view of each generated token. xgrammar comp
 but keeps its parser private, so ``FunctionCallTagger`` runs our own incremental parser
 (``lexer`` over ``nodes``, looking ahead with ``lookahead``) on the same output language as
 ``tool_grammar``: a call ``{"name": "<tool>", "arguments": {...}}``, a JSON array of calls when
-``parallel``, or free text (first character not ``{``/``[``) under ``tool_choice`` auto/none. A
-test walks both parsers on random outputs so they agree on legality and completion.
+``parallel``, or free text (first character not ``{``/``[``) under ``tool_choice`` auto/none,
+which under auto may end in calls that start on a new line. A test walks both parsers on random
+outputs so they agree on legality and completion.
 
 Character tags (Table 5 vocabularies)::
 
@@ -18,15 +19,19 @@ Character tags (Table 5 vocabularies)::
     enum / const / true / false / null value      schema_bearing   required|opt.   critical
     first character of a free string or number    free_generation  required|opt.   critical
     later characters of a free string or number   free_generation  required|opt.   boundary
-    free text                                     free_generation  scaffold_sep.   boundary
+    free text: a sentence's body                  text             text_body       boundary
+    free text: . ! ? ; : and newline              text             text_boundary   boundary
+    `{`/`[` opening calls after text (auto)       pure_scaffold    scaffold_sep.   critical
 
 ``required``/``optional`` is the schema's own split for the innermost property a key or value
 belongs to (array items and any-values inherit it). Under ``tool_choice="auto"`` the first
-character commits to "call or text", so it is ``critical`` whatever it is.
+character commits to "call or text", so it is ``critical`` whatever it is; so is the character
+that turns text into calls, and a newline after which calls may start is ``lookahead_critical``.
 
 A token's tag is the conservative combination of its characters' tags (App. B.1): per component
-the maximum under ``cls`` pure_scaffold < free_generation < schema_bearing, ``role``
-scaffold_separator < optional < required < dispatch_key, ``state`` boundary < critical. Where
+the maximum under ``cls`` pure_scaffold < text < free_generation < schema_bearing, ``role``
+text_body < text_boundary < scaffold_separator < optional < required < dispatch_key, ``state``
+boundary < critical. Where
 ``anyOf`` leaves several parses alive, their tags combine the same way (App. A.1).
 
 ``next`` describes the state after the token, not its characters: ``lookahead_critical`` when the
@@ -64,12 +69,19 @@ from pask_agent.grammars.tags import Tag
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
 
 # Component orders for the conservative combination (index = rank; max wins).
-CLS_ORDER: tuple[str, ...] = ("pure_scaffold", "free_generation", "schema_bearing")
-ROLE_ORDER: tuple[str, ...] = ("scaffold_separator", "optional", "required", "dispatch_key")
+CLS_ORDER: tuple[str, ...] = ("pure_scaffold", "text", "free_generation", "schema_bearing")
+ROLE_ORDER: tuple[str, ...] = (
+    "text_body",
+    "text_boundary",
+    "scaffold_separator",
+    "optional",
+    "required",
+    "dispatch_key",
+)  # index = nodes.Role
 STATE_ORDER: tuple[str, ...] = ("boundary", "critical")
 NEXT_ORDER: tuple[str, ...] = ("no_lookahead", "lookahead_critical")
 
-_PURE, _FREE, _SCHEMA = 0, 1, 2
+_PURE, _TEXT, _FREE, _SCHEMA = 0, 1, 2, 3
 _BOUNDARY, _CRITICAL = 0, 1
 # Kind → (cls rank, state rank); the role comes from the parser.
 _KIND_TAG: dict[Kind, tuple[int, int]] = {
@@ -82,15 +94,17 @@ _KIND_TAG: dict[Kind, tuple[int, int]] = {
     Kind.LITERAL: (_SCHEMA, _CRITICAL),
     Kind.VALUE_FIRST: (_FREE, _CRITICAL),
     Kind.VALUE_REST: (_FREE, _BOUNDARY),
-    Kind.TEXT: (_FREE, _BOUNDARY),
+    Kind.TEXT: (_TEXT, _BOUNDARY),
+    Kind.TEXT_BOUNDARY: (_TEXT, _BOUNDARY),
+    Kind.CALL_AFTER_TEXT: (_PURE, _CRITICAL),  # text becomes a call here: the turn's decision
 }
 _CRITICAL_KINDS = frozenset(k for k, (_, s) in _KIND_TAG.items() if s == _CRITICAL)
 _TAGS: dict[tuple[int, int, int, int], Tag] = {
     (c, r, s, n): Tag(CLS_ORDER[c], ROLE_ORDER[r], STATE_ORDER[s], NEXT_ORDER[n])
-    for c in range(3)
-    for r in range(4)
-    for s in range(2)
-    for n in range(2)
+    for c in range(len(CLS_ORDER))
+    for r in range(len(ROLE_ORDER))
+    for s in range(len(STATE_ORDER))
+    for n in range(len(NEXT_ORDER))
 }
 
 

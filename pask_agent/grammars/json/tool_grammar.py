@@ -4,8 +4,10 @@ The output language has no ``<tool_call>`` wrapper:
 
 * one call: ``{"name": "<tool name>", "arguments": {<exactly that tool's schema>}}``;
 * ``parallel=True``: a JSON array of one or more calls, ``[{...}, {...}]``;
-* ``tool_choice="auto"``: a call, or free text; free text must not start with ``{`` or ``[``, so
-  the first token already tells the two apart;
+* ``tool_choice="auto"``: a call, or free text, or free text followed by calls (a mixed turn:
+  the model says what it will do, then calls). Free text must not start with ``{`` or ``[``,
+  so the first token already tells a call from text; after text, calls begin at a line start
+  with ``{`` or ``[`` (so no line of the text starts with those) and end the output;
 * ``"none"``: free text only; ``"required"``/``"any"``: calls only; a tool's name: calls of that
   tool only.
 
@@ -25,7 +27,7 @@ import xgrammar
 from pask_agent.errors import SchemaError, ToolChoiceError
 from pask_agent.grammars.json.ebnf import EbnfBuilder, ebnf_literal
 from pask_agent.grammars.json.layout import json_literal
-from pask_agent.grammars.json.nodes import FREE_TEXT_FORBIDDEN_FIRST
+from pask_agent.grammars.json.nodes import CALL_OPENERS, FREE_TEXT_FORBIDDEN_FIRST
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
 
 ToolChoice = Literal["auto", "required", "any", "none"] | str
@@ -103,7 +105,11 @@ def tool_call_ebnf(
     if parallel:
         output = builder.named("calls", f"{array} | {call}" if choice == "auto" else array)
     if choice == "auto":
-        builder.named("root", f"{output} | {builder.named('free_text', free_text)}")
+        # text lines, then maybe calls on a line of their own (nodes.TextNode.then)
+        openers = "".join(_CLASS_ESCAPES.get(c, c) for c in CALL_OPENERS)
+        line = f'[^{first}] [^\\n]* ("\\n" ([^{openers}\\n] [^\\n]*)?)*'
+        text = builder.named("text_then_calls", f'{line} ("\\n" {output})?')
+        builder.named("root", f"{output} | {text}")
     else:
         builder.named("root", output)
     return _root_first(builder)
