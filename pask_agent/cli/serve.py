@@ -24,7 +24,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--max-batch", type=int, default=16, help="requests decoded together")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
-    p.add_argument("--kv-capacity-mb", type=int, default=4096, help="KV bytes admission allows")
+    p.add_argument(
+        "--kv-capacity-mb",
+        type=int,
+        default=None,
+        help="KV pool memory preallocated and admitted against (MiB); default: max-batch "
+        "Full-KV requests of the model's context, at most 4096",
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="when a request omits it")
     p.add_argument("--temperature", type=float, default=0.0, help="when a request omits it")
     p.add_argument("--log-level", default="info")
@@ -56,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
         default_max_tokens=args.max_tokens,
         default_temperature=args.temperature,
         runtime=RuntimeConfig(
-            max_batch=args.max_batch, kv_capacity_bytes=args.kv_capacity_mb << 20
+            max_batch=args.max_batch,
+            kv_capacity_bytes=args.kv_capacity_mb << 20 if args.kv_capacity_mb else None,
         ),
     )
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)

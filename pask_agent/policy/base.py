@@ -87,11 +87,20 @@ class DecodeDemand:
         The least one generated token can cost (sizes what the recent window adds).
     reserve_bytes:
         ``max_s Γ(s; B_D)``: how far floor charges may run ahead of the allowance.
+    quantizes_late:
+        The session may move any token, prompt or generated, to INT4 after holding it high
+        (a revising tiered baseline: MiKV), so admission reserves an INT4 row for each.
+    row_shares:
+        ``(high, low)``: per layer group, the share of generated tokens that end in a BF16
+        row and in an INT4 row, when the session knows them; None: ``B_D`` high and the
+        rest INT4 (admission's conservative split, ``runtime/admission.py``).
     """
 
     bytes_per_token: Fraction
     min_token_bytes: int
     reserve_bytes: Fraction = Fraction(0)
+    quantizes_late: bool = False
+    row_shares: tuple[tuple[float, float, float], tuple[float, float, float]] | None = None
 
     @classmethod
     def full(cls, costs: PayloadCosts) -> DecodeDemand:
@@ -137,4 +146,5 @@ class UniformSession:
 
     def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
         cost = costs.token_cost(self.actions)
-        return DecodeDemand(Fraction(cost), cost)
+        shares = tuple(tuple(float(a == x) for a in self.actions) for x in (Action.H, Action.L))
+        return DecodeDemand(Fraction(cost), cost, row_shares=shares)  # type: ignore[arg-type]

@@ -104,7 +104,10 @@ class ScoredSession:
     def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
         """After the prompt, every step holds the total to ``B`` of Full KV (the prompt itself
         is planned high, so admission reserves it whole); a token may end up released."""
-        return DecodeDemand(as_fraction(self.budget, name="budget") * costs.full_bytes_per_token, 0)
+        b = as_fraction(self.budget, name="budget") * costs.full_bytes_per_token
+        beta = float(b / costs.full_bytes_per_token)
+        shares = ((beta,) * 3, (0.0,) * 3)  # generated tokens wait high until revised
+        return DecodeDemand(b, 0, quantizes_late=self.tiered, row_shares=shares)
 
     def revise(self, view: RetentionView) -> list[Demotion]:
         """Demotions that bring every layer group back within ``B`` of its Full-KV bytes."""

@@ -1,25 +1,36 @@
-"""What a request reserves of the KV capacity: what its policy will keep (paper App. B.4).
+"""What a request reserves of the preallocated KV pools: what its policy will keep (App. B.4).
 
-A request's demand, in payload bytes, is
+The pools are fixed (``kv_pools.py``): per layer group a high (BF16) pool and a low (INT4)
+pool, each a number of rows. So a request's demand is counted in rows, ``[2, 3]`` (high/low ×
+group), and its bytes follow from the rows (``demand_bytes``). Per group ``g``:
 
-    kept + plan + ⌈b · max_new_tokens⌉ + (window + 1) · (C_full − c_min) + ⌈Γ_max⌉
+    high_g = prompt tokens planned H (sinks always) + ⌈β · N⌉ + min(2·window + 1, not-H tokens)
+             + ⌈Γ_max / C_full⌉
+    low_g  = prompt tokens planned L + min(N − ⌈β · N⌉, ⌈(1 − β) · N⌉)
 
-* ``kept``: what its conversation's sequence already holds (0 for a fresh request);
-* ``plan``: the prefill plan of the new prompt tokens, ``Σ_t M(a_t)``, sinks at ``H`` (the store
-  keeps them high whatever was planned);
-* ``b = B_D · C_full``: the decode allowance per generated token (App. B.6);
-* the recent window, plus the token being written, sits high whatever its tokens will settle
-  to: ``c_min`` is the least a token of this request can cost (``C_full`` for Full KV, so a
-  Full-KV request reserves exactly ``(prompt + max_new_tokens) · C_full`` as before);
-* ``Γ_max``: the largest decode reserve, how far floors may run ahead of the allowance.
+* ``N = max_new_tokens`` and ``β = B_D`` (``b / C_full``, the session's ``decode_demand``): a
+  generated token's group actions are decided as it is tagged, so the decode allowance is
+  reserved as a ``β`` share held high and the rest at INT4, unless the session states its
+  shares (``DecodeDemand.row_shares``: uniform and score-ranked policies). A Full-KV request
+  holds every row high, so it reserves exactly ``(prompt + N) · C_full`` bytes;
+* ``Γ_max``: the largest decode reserve, how far floors may run ahead of the allowance;
+* tokens wait high in the recent window whatever they settle to: the window before a step and
+  a prefill chunk's own last window tokens, so at most ``2 · window + 1`` extra high rows;
+* a policy that quantizes after the fact (``DecodeDemand.quantizes_late``: MiKV) may move any
+  token to INT4 after holding it high, so it reserves a low row for every token as well;
+* a conversation's next turn adds the rows its sequence already holds.
 
-A session states its decode side with ``decode_demand(costs)``; a session that states nothing
-is reserved at Full KV. A request that still outgrows its reservation (floor debt beyond the
-reserve) first takes unreserved capacity; without any, the engine sheds its own settled
-tokens (:func:`shed`), so live bytes never pass the capacity and nothing crashes.
+**How the pools are split** (``split_for``): when the engine admits into an empty store, it
+re-splits the preallocated bytes in proportion to the demands of the requests it is about to
+admit, so a capacity of exactly ``k`` such demands holds exactly ``k`` of them. Only an empty
+store is re-split because nothing then has to move: a split that moved held rows would copy
+every row and stall the step. A request whose demand does not fit the current split waits
+(first come, first served) until the store drains; when nothing is running, idle kept
+conversations are evicted (their next turn prefills again) so it always drains.
 
-Not counted: a conversation kept between turns holds its bytes outside any reservation until
-its next turn is admitted (its demand then includes them) or it ends.
+A request that outgrows its reservation mid-decode (floors or tags ran ahead of ``β``) first
+takes rows nobody reserved and, with none left, sheds its own oldest settled tokens
+(:func:`shed`): allocation never fails, nothing crashes, and ``shed_events`` counts it.
 """
 
 from __future__ import annotations
@@ -33,7 +44,17 @@ import numpy as np
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, DecodeDemand, Demotion
 from pask_agent.policy.costs import PayloadCosts
+from pask_agent.runtime.kv_pools import split_rows
 from pask_agent.runtime.kv_store import KVStore
+
+DEFAULT_CAPACITY_CAP = 4 << 30
+
+
+def default_capacity_bytes(costs: PayloadCosts, max_batch: int, context_tokens: int) -> int:
+    """``kv_capacity_bytes`` left unset: ``max_batch`` Full-KV requests of the model's whole
+    context (4,096 tokens if it states none), at most 4 GiB: more could never be used."""
+    tokens = context_tokens if context_tokens > 0 else 4096
+    return min(DEFAULT_CAPACITY_CAP, max_batch * tokens * costs.full_bytes_per_token)
 
 
 def decode_demand(session: Any, costs: PayloadCosts) -> DecodeDemand:
@@ -42,7 +63,7 @@ def decode_demand(session: Any, costs: PayloadCosts) -> DecodeDemand:
     return declared(costs) if callable(declared) else DecodeDemand.full(costs)
 
 
-def request_demand(
+def request_rows(
     plan: Sequence[Actions],
     decode: DecodeDemand,
     costs: PayloadCosts,
@@ -51,86 +72,133 @@ def request_demand(
     sinks: int,
     window: int,
     max_new_tokens: int,
-    kept_bytes: int = 0,
-) -> int:
-    """Bytes to reserve for a request whose new prompt tokens start at position ``start``."""
-    full = costs.full_bytes_per_token
-    cost = np.asarray(costs.bytes_by_group, dtype=np.int64)  # [g, 3]
+) -> np.ndarray:
+    """``[2, 3]`` rows to reserve for new prompt tokens starting at position ``start``."""
     acts = np.asarray([[int(a) for a in row] for row in plan], dtype=np.int64).reshape(-1, 3)
-    per_token = cost[np.arange(3), acts].sum(axis=1)  # [n]
-    per_token[: max(0, sinks - start)] = full
-    c_min = min(decode.min_token_bytes, int(per_token.min()) if len(per_token) else full)
-    prompt = int(per_token.sum())
-    generated = math.ceil(decode.bytes_per_token * max_new_tokens)
-    return (
-        kept_bytes
-        + prompt
-        + generated
-        + (window + 1) * (full - c_min)
-        + math.ceil(decode.reserve_bytes)
+    acts[: max(0, sinks - start)] = int(Action.H)
+    n, new = len(acts), max_new_tokens
+    beta = min(1.0, float(decode.bytes_per_token) / costs.full_bytes_per_token)
+    shares = decode.row_shares or ((beta,) * 3, (1 - beta,) * 3)
+    new_high, new_low = (np.array([math.ceil(x * new) for x in s]) for s in shares)
+    new_low = np.minimum(new - new_high, new_low)
+    high = (acts == int(Action.H)).sum(axis=0) + new_high
+    low = (acts == int(Action.L)).sum(axis=0) + new_low
+    high = high + np.minimum(2 * window + 1, n + new - high)
+    high = high + math.ceil(decode.reserve_bytes / costs.full_bytes_per_token)
+    if decode.quantizes_late:
+        low = np.full(3, n + new)
+    return np.stack([high, low]).astype(np.int64)
+
+
+def plan_rows(
+    session: Any,
+    labels: Sequence[str],
+    max_new_tokens: int,
+    costs: PayloadCosts,
+    sinks: int,
+    window: int,
+    keep: int = 0,
+) -> tuple[np.ndarray, list[Actions]]:
+    """The session's plan of ``labels[keep:]`` and the ``[2, 3]`` rows it reserves."""
+    plan = list(session.plan_prefill(labels[keep:]))
+    decode = decode_demand(session, costs)
+    rows = request_rows(
+        plan, decode, costs, start=keep, sinks=sinks, window=window, max_new_tokens=max_new_tokens
     )
+    return rows, plan
 
 
-def shed(store: KVStore, seq_id: str, need_bytes: int, costs: PayloadCosts) -> list[Demotion]:
-    """Demotions of a sequence's settled tokens that free at least ``need_bytes`` (or all).
+def requests_that_fit(capacity_bytes: int, layout: Any, demand_rows: np.ndarray) -> int:
+    """How many requests of this demand an empty store of ``capacity_bytes`` admits at once
+    (its pools split for them, as ``Reservations.split_for`` does)."""
+    rows = split_rows(capacity_bytes, layout, tuple(demand_rows[0]), tuple(demand_rows[1]))
+    have = np.array([rows.high, rows.low])
+    return int(min(have[demand_rows > 0] // demand_rows[demand_rows > 0]))
 
-    The last resort of a request past its reservation with no capacity left: oldest tokens
-    first, every group quantized (H→L) before anything is released (L→R), floors ignored.
-    Sinks and the recent window stay (the store protects them).
+
+def rows_bytes(rows: np.ndarray, costs: PayloadCosts) -> int:
+    """Payload bytes of ``[2, 3]`` rows (a high row of group g costs ``m(H, g)``)."""
+    cost = np.asarray(costs.bytes_by_group, dtype=np.int64)  # [g, action]
+    return int((rows[0] * cost[:, int(Action.H)] + rows[1] * cost[:, int(Action.L)]).sum())
+
+
+def shed(store: KVStore, seq_id: str, short: np.ndarray, low_room: np.ndarray) -> list[Demotion]:
+    """Demotions of a sequence's oldest settled tokens that free ``short`` rows (``[2, 3]``).
+
+    The last resort of a request past its reservation with no rows left: floors ignored,
+    sinks and the recent window kept (the store protects them). High rows go to INT4 while
+    ``low_room`` (per group) lasts, newest first, and are released otherwise; low rows are
+    released, oldest first.
     """
     settled, sinks = store.settled(seq_id), store.config.sinks
     out: list[Demotion] = []
-    low: list[list[int]] = []
     for g in range(3):
-        held_high, held_low = store.retained(seq_id, g)
-        high = sorted(p for p in held_high if sinks <= p < settled)
-        save = costs.cost(Action.H, g) - costs.cost(Action.L, g)
-        take = high[: max(0, math.ceil(need_bytes / save))] if save > 0 else []
-        if take:
-            out.append(Demotion(g, tuple(take), Action.L))
-            need_bytes -= save * len(take)
-        low.append(sorted([*(p for p in held_low if p < settled), *take]))
-    for g in range(3):
-        save = costs.cost(Action.L, g)
-        if need_bytes <= 0 or save <= 0:
-            break
-        take = low[g][: math.ceil(need_bytes / save)]
-        if take:
-            out.append(Demotion(g, tuple(take), Action.R))
-            need_bytes -= save * len(take)
+        high, low = (np.sort(a) for a in store.retained_arrays(seq_id, g))
+        take = high[(high >= sinks) & (high < settled)][: int(short[0, g])]
+        n_low = min(len(take), int(low_room[g]))
+        if len(take) > n_low:
+            out.append(Demotion(g, tuple(int(p) for p in take[: len(take) - n_low]), Action.R))
+        if n_low:
+            out.append(Demotion(g, tuple(int(p) for p in take[len(take) - n_low :]), Action.L))
+        drop = low[low < settled][: int(short[1, g])]
+        if len(drop):
+            out.append(Demotion(g, tuple(int(p) for p in drop), Action.R))
     return out
 
 
 class Reservations:
-    """The KV bytes promised to admitted requests, against ``capacity`` (App. B.4).
+    """The pool rows promised to admitted requests (``Request.demand_rows``), against the rows
+    the store has free (App. B.4 in rows). See the module docstring for the rules."""
 
-    A request reserves its demand at admission and gives it back when it ends. A decoding
-    request that outgrows its reservation takes unreserved capacity first and, with none left,
-    sheds its own oldest settled tokens (:func:`shed`): never past the capacity, never a crash.
-    """
+    def __init__(self, store: KVStore, costs: PayloadCosts) -> None:
+        self.store = store
+        self.costs = costs
+        self.shed_events = 0  # times a request outgrew its reservation with no rows left
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.reserved = 0
-        self.shed_events = 0  # times a request outgrew its reservation with no capacity left
+    def _held(self, seq_id: str) -> np.ndarray:
+        store = self.store
+        return store.held_rows(seq_id) if store.has_sequence(seq_id) else np.zeros((2, 3), int)
 
-    def admits(self, demand: int, *, running: bool) -> bool:
-        """A request fits next to the running ones (one alone always runs: it was checked
-        against the whole capacity before it queued)."""
-        return not running or self.reserved + demand <= self.capacity
+    def spare(self, live: Sequence[Any]) -> np.ndarray:
+        """``[2, 3]`` free rows that no running request still has coming to it."""
+        owed = sum(
+            (np.maximum(r.demand_rows - self._held(r.state.seq_id), 0) for r in live),
+            np.zeros((2, 3), np.int64),
+        )
+        return self.store.pools.free_rows() - owed
 
-    def make_room(
-        self, store: KVStore, seq_id: str, reservation: int, new_bytes: int, costs: PayloadCosts
-    ) -> int:
-        """The request's reservation once ``new_bytes`` more fit in it (grown, or kept after
-        shedding its own settled tokens)."""
-        over = store.report(seq_id).live_bytes + new_bytes - reservation
-        if over <= 0:
-            return reservation
-        grow = min(over, max(0, self.capacity - self.reserved))
-        self.reserved += grow
-        if over > grow:
+    def admits(self, r: Any, live: Sequence[Any]) -> bool:
+        """The request's rows not yet held (a kept conversation holds some) fit the spare."""
+        need = r.demand_rows - self._held(r.state.seq_id)
+        return bool((need <= self.spare(live)).all())
+
+    def split_for(self, queue: Sequence[Any], capacity_bytes: int) -> None:
+        """Re-split an empty store in proportion to the queued requests that fit together."""
+        total, used = np.zeros((2, 3), np.int64), 0
+        for r in queue:
+            if r.demand_rows is None or used + r.demand_bytes > capacity_bytes:
+                break
+            total, used = total + r.demand_rows, used + r.demand_bytes
+        if used:
+            rows = split_rows(capacity_bytes, self.store.layout, tuple(total[0]), tuple(total[1]))
+            if rows != self.store.pools.rows:
+                self.store.resplit(rows)
+
+    def make_room(self, r: Any, new_tokens: int, live: Sequence[Any]) -> None:
+        """Before a decode step of ``new_tokens``, make request ``r``'s reservation cover
+        what it may hold after it: grown from spare rows, or by shedding its own tokens."""
+        seq = r.state.seq_id
+        need = np.maximum(self.store.rows_after_step(seq, new_tokens) - r.demand_rows, 0)
+        if not need.any():
+            return
+        spare = np.maximum(self.spare(live), 0)
+        grow = np.minimum(need, spare)
+        r.demand_rows = r.demand_rows + grow
+        short = need - grow
+        if short.any():
             self.shed_events += 1
-            for d in shed(store, seq_id, over - grow, costs):
-                store.demote(seq_id, d.group, d.positions, d.action)
-        return reservation + grow
+            for d in shed(self.store, seq, short, spare[1] - grow[1]):
+                self.store.demote(seq, d.group, d.positions, d.action)
+                if d.action == Action.L:  # quantized rows came out of the spare low rows
+                    r.demand_rows[1, d.group] += len(d.positions)
+        r.demand_bytes = rows_bytes(r.demand_rows, self.costs)

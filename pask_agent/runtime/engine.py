@@ -2,8 +2,8 @@
 
 ``Engine.step()`` is the whole decode loop body and reads in one sitting:
 
-1. admit queued requests while what their policies will keep fits the configured capacity
-   (``runtime/admission.py``);
+1. admit queued requests while what their policies will keep fits the preallocated pools
+   (``runtime/admission.py``: rows per pool; an empty store is re-split to fit them);
 2. pack one chunk per live request on one token axis — the next slice of a prompt that is
    still prefilling (chunked, so long prompts never stall the others for long), or the token(s)
    sampled last step;
@@ -23,6 +23,7 @@ import time
 from collections import deque
 from typing import Any
 
+import numpy as np
 import torch
 
 from pask_agent.errors import PaskError
@@ -30,7 +31,12 @@ from pask_agent.grammars.token_text import TokenTextStream
 from pask_agent.policy.base import Demotion, PolicySession
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.full import FullPolicy
-from pask_agent.runtime.admission import Reservations, decode_demand, request_demand
+from pask_agent.runtime.admission import (
+    Reservations,
+    default_capacity_bytes,
+    plan_rows,
+    rows_bytes,
+)
 from pask_agent.runtime.constraint import tag_key
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
@@ -72,19 +78,24 @@ class Engine:
         self.tokenizer = loaded.tokenizer
         self.config = config or RuntimeConfig()
         self.layout = lay = KVLayout.from_config(self.model.config)
-        self.store = KVStore(self.layout, StoreConfig(self.config.sinks, self.config.window))
-        self.cache = PaskCache(self.store)
-        use_pask_attention(self.model)
-        self.vocab_size = int(self.model.config.vocab_size)
-        self.masks = LogitMasks(self.tokenizer, self.vocab_size, self.config.continue_calls_at)
-        self.stop_ids = self.masks.stop_ids
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        cfg = self.config
+        self.capacity_bytes = cfg.kv_capacity_bytes or default_capacity_bytes(
+            self.costs, cfg.max_batch, self.context_tokens
+        )
+        store_config = StoreConfig(cfg.sinks, cfg.window)
+        self.store = KVStore(self.layout, store_config, capacity_bytes=self.capacity_bytes)
+        self.cache = PaskCache(self.store)
+        use_pask_attention(self.model)
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.masks = LogitMasks(self.tokenizer, self.vocab_size, cfg.continue_calls_at)
+        self.stop_ids = self.masks.stop_ids
         self.inbox: deque[Request] = deque()
         self._retired: deque[SequenceState] = deque()
         self.live: list[Request] = []
-        self.reservations = Reservations(self.config.kv_capacity_bytes)
+        self.reservations = Reservations(self.store, self.costs)
         self._ids = itertools.count()
 
     @property
@@ -95,23 +106,13 @@ class Engine:
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
 
-    def demand_bytes(
-        self, session: Any, labels: list[str], max_new_tokens: int, *, keep: int = 0, kept: int = 0
-    ) -> tuple[int, list]:
-        """KV bytes to reserve for a request (App. B.4) and the plan of ``labels[keep:]``."""
-        plan = list(session.plan_prefill(labels[keep:]))
+    def demand(
+        self, session: Any, labels: list[str], max_new_tokens: int, *, keep: int = 0
+    ) -> tuple[np.ndarray, list]:
+        """``[2, 3]`` pool rows to reserve for a request (App. B.4, ``admission.py``) and the
+        plan of ``labels[keep:]``."""
         cfg = self.config
-        demand = request_demand(
-            plan,
-            decode_demand(session, self.costs),
-            self.costs,
-            start=keep,
-            sinks=cfg.sinks,
-            window=cfg.window,
-            max_new_tokens=max_new_tokens,
-            kept_bytes=kept,
-        )
-        return demand, plan
+        return plan_rows(session, labels, max_new_tokens, self.costs, cfg.sinks, cfg.window, keep)
 
     def check_request(
         self,
@@ -133,8 +134,8 @@ class Engine:
         labels = labels or ["protected_content"] * prompt_tokens
         if session is None:
             session = FullPolicy().start(None)  # type: ignore[arg-type]
-        demand, _ = self.demand_bytes(session, labels, max_new_tokens)
-        check_kv_capacity(demand, self.config.kv_capacity_bytes)
+        rows, _ = self.demand(session, labels, max_new_tokens)
+        check_kv_capacity(rows_bytes(rows, self.costs), self.capacity_bytes)
 
     def run(self, requests: list[Request]) -> list[Finished | Failed]:
         """Queue ``requests`` and step until every one has ended; their ends, in order.
@@ -167,22 +168,37 @@ class Engine:
                 self.inbox.popleft()
                 continue
             try:
-                demand = self._reserve_for(r)
-                check_kv_capacity(demand, self.config.kv_capacity_bytes)
+                check_kv_capacity(self._reserve_for(r), self.capacity_bytes)
+                if not self.store.num_sequences:
+                    self._resplit()
             except PaskError as exc:  # the Runtime refuses these before they queue
                 self.inbox.popleft()
                 events.append((r, Failed(exc)))
                 continue
-            if not self.reservations.admits(demand, running=bool(self.live)):
-                return  # wait until running requests free their KV
+            if not self.reservations.admits(r, self.live):
+                idle = [s for s in self.store.sequence_ids() if s != r.state.seq_id]
+                if self.live or not (idle or self.store.num_sequences):
+                    return  # wait until running requests free their rows
+                self.store.remove_sequence((idle or [r.state.seq_id])[0])  # evict idle KV
+                continue
             self.inbox.popleft()
             try:
                 self._start(r)
             except PaskError as exc:
                 events.append((r, Failed(exc)))
                 continue
-            self.reservations.reserved += r.demand_bytes
             self.live.append(r)
+
+    def _resplit(self) -> None:
+        """Split an empty store's pools for the requests at the head of the queue."""
+        waiting: list[Request] = []
+        for q in [q for q in self.inbox if not q.cancelled][: self.config.max_batch]:
+            try:
+                self._reserve_for(q)
+            except PaskError:  # it fails on its own turn at the head of the queue
+                break
+            waiting.append(q)
+        self.reservations.split_for(waiting, self.capacity_bytes)
 
     def _reuse(self, r: Request) -> int:
         """Prompt tokens the request's sequence already holds (a conversation's last turn)."""
@@ -197,11 +213,10 @@ class Engine:
         keep = self._reuse(r)
         if r.plan is None or r.plan_keep != keep:
             st = r.state
-            kept = self.store.report(st.seq_id).live_bytes if keep else 0
             labels = r.labels or ["protected_content"] * len(r.prompt_ids)
-            r.demand_bytes, r.plan = self.demand_bytes(
-                st.session, labels, r.params.max_new_tokens, keep=keep, kept=kept
-            )
+            rows, r.plan = self.demand(st.session, labels, r.params.max_new_tokens, keep=keep)
+            r.demand_rows = rows + (self.store.held_rows(st.seq_id) if keep else 0)
+            r.demand_bytes = rows_bytes(r.demand_rows, self.costs)
             r.plan_keep = keep
         return r.demand_bytes
 
@@ -254,7 +269,7 @@ class Engine:
                 ready = r.prefill_pos == len(r.prompt_ids)
             else:
                 ids, r.feed, ready = r.feed, [], True
-                self._make_room(r, len(ids))
+                self.reservations.make_room(r, len(ids), self.live)
             chunks.append((r.state.seq_id, len(ids)))
             tokens.extend(ids)
             r.state.ids_in_store.extend(ids)
@@ -293,17 +308,6 @@ class Engine:
         for d in demotions:
             if d.positions:
                 self.store.demote(seq, d.group, d.positions, d.action)
-
-    def _make_room(self, r: Request, new_tokens: int) -> None:
-        """Keep a decoding request inside its reservation before it writes ``new_tokens``.
-
-        Prefill cannot outgrow it (its plan is reserved whole); decode can, when floors run
-        ahead of the allowance and reserve (``Reservations.make_room``).
-        """
-        new_bytes = new_tokens * self.costs.full_bytes_per_token
-        r.demand_bytes = self.reservations.make_room(
-            self.store, r.state.seq_id, r.demand_bytes, new_bytes, self.costs
-        )
 
     def _advance(self, r: Request, logits: torch.Tensor) -> list[Event]:
         p = r.params
@@ -376,7 +380,6 @@ class Engine:
     def _release(self, r: Request, *, drop_sequence: bool) -> None:
         if r in self.live:
             self.live.remove(r)
-            self.reservations.reserved -= r.demand_bytes
         st = r.state
         st.busy = False
         if drop_sequence and self.store.has_sequence(st.seq_id):

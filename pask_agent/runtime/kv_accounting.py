@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pask_agent.runtime.kv_layout import KVLayout
+from pask_agent.runtime.kv_layout import KVLayout, KVReport
 from pask_agent.runtime.slots import SlotAllocator, SlotMap
 
 
@@ -54,3 +54,21 @@ class KVBytes:
     def full(self, tokens: int) -> int:
         """Bytes ``tokens`` tokens take at Full KV (BF16 in every layer)."""
         return tokens * self.layout.num_layers * self.layout.high_row_bytes
+
+    def report(
+        self,
+        high: Sequence[SlotMap],
+        low: Sequence[SlotMap],
+        length: int,
+        peak_bytes: int,
+        sinks: int,
+        window: int,
+        prompt_tokens: int = 0,
+    ) -> KVReport:
+        """One sequence's ``KVReport``; with ``prompt_tokens``, the prompt's share too."""
+        high_b, low_b, scales = self.held(high, low)
+        prompt = self.held_before(high, low, prompt_tokens) if prompt_tokens else 0
+        return KVReport(
+            length, high_b, low_b, scales, self.full(length), peak_bytes, sinks, window,
+            prompt_tokens, prompt, self.full(prompt_tokens),
+        )  # fmt: skip

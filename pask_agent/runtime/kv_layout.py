@@ -49,18 +49,22 @@ class KVLayout:
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    """Protection settings. ``sinks`` first tokens and the last ``window`` tokens stay high."""
+    """Protection settings. ``sinks`` first tokens and the last ``window`` tokens stay high.
+
+    ``rows_per_pool`` sizes a store made without a byte capacity (tests, tools): that many
+    rows in each of its six pools (high and low, per layer group).
+    """
 
     sinks: int = 4
     window: int = 16
     high_dtype: torch.dtype = torch.bfloat16
-    initial_capacity: int = 256
+    rows_per_pool: int = 256
 
     def __post_init__(self) -> None:
         if self.sinks < 0 or self.window < 1:
             raise KVStoreError(f"need sinks >= 0 and window >= 1, got {self.sinks}, {self.window}")
-        if self.initial_capacity < 1:
-            raise KVStoreError("initial_capacity must be >= 1")
+        if self.rows_per_pool < 1:
+            raise KVStoreError("rows_per_pool must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

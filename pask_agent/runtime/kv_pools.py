@@ -1,56 +1,155 @@
-"""The KV store's storage: per layer a BF16 pool and a packed-INT4 pool (codes + FP16 scales).
+"""The KV store's storage: per layer a BF16 pool and a packed-INT4 pool (codes + FP16 scales),
+carved once from one preallocated byte buffer.
 
 Rows are addressed by slot; which token owns which slot is the slot maps' business
 (``runtime/slots.py``), and when a token moves is the store's. Layers of one layer group share
 slot numbers (one allocator per group), so every operation here takes a group and touches each
 of its layers. A low row holds the App. B.5 quantization of the token's BF16 row, whether it
 was written straight into INT4 or demoted later: both quantize the same BF16 values.
+
+Memory (issue 11, item 2): the buffer is allocated once, at the capacity's size, and never
+grows. How its bytes divide into rows (``PoolRows``: high and low rows per layer group) is a
+*split*; re-splitting re-views the same buffer (no allocation, no copy) and is only allowed
+while no token is stored, so no held row can move. ``torch.empty``: nothing reads a row before
+it is written (attention gathers held slots only), and on CPU the OS backs pages on first
+touch, so resident memory follows the rows ever used while the address range is reserved.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
+from pask_agent.errors import KVStoreError
 from pask_agent.kernels.attention import KeyScores, PoolView, mixed_attention
 from pask_agent.kernels.int4 import quantize_int4
 from pask_agent.policy.actions import LayerGroups
 from pask_agent.runtime.kv_layout import GroupWrite, KVLayout
+from pask_agent.runtime.slots import SlotAllocator
+
+_SCALE = torch.float16
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRows:
+    """Rows per layer group in the high (BF16) and low (INT4) pools: one split of the buffer."""
+
+    high: tuple[int, int, int]
+    low: tuple[int, int, int]
+
+    def __post_init__(self) -> None:
+        if len(self.high) != 3 or len(self.low) != 3 or min(*self.high, *self.low) < 0:
+            raise KVStoreError(f"need 3 non-negative row counts per pool, got {self}")
+
+    @classmethod
+    def even(cls, rows: int) -> PoolRows:
+        """``rows`` rows in every pool (a store used without an engine: tests, tools)."""
+        return cls((rows,) * 3, (rows,) * 3)
+
+    def nbytes(self, layout: KVLayout, high_dtype: torch.dtype = torch.bfloat16) -> int:
+        """Bytes these rows take in every layer (high rows at ``high_dtype``)."""
+        hb = 2 * layout.num_kv_heads * layout.head_dim * torch.empty(0, dtype=high_dtype).itemsize
+        lb = layout.low_row_bytes + layout.scale_row_bytes
+        n = [len(layout.groups.layers_of(g)) for g in range(3)]
+        return sum(n[g] * (self.high[g] * hb + self.low[g] * lb) for g in range(3))
+
+
+def split_rows(
+    capacity_bytes: int,
+    layout: KVLayout,
+    high_weight: tuple[int, int, int],
+    low_weight: tuple[int, int, int],
+) -> PoolRows:
+    """The largest rows in proportion to ``high_weight``/``low_weight`` (rows, e.g. the summed
+    demands of the requests being admitted) that fit ``capacity_bytes``.
+
+    Scaling one request's demand ``d`` by ``capacity / bytes(d)`` makes a capacity of exactly
+    ``k`` demands hold exactly ``k`` such requests (every pool scales by ``k``).
+    """
+    weight = PoolRows(tuple(high_weight), tuple(low_weight))  # type: ignore[arg-type]
+    total = weight.nbytes(layout)
+    if total <= 0:
+        raise KVStoreError("a pool split needs a positive weight in at least one pool")
+    high = tuple(w * capacity_bytes // total for w in weight.high)
+    low = tuple(w * capacity_bytes // total for w in weight.low)
+    return PoolRows(high, low)  # type: ignore[arg-type]
 
 
 class KVPools:
-    """Per-layer pool tensors: ``high_k/high_v [N, Hkv, D]`` at ``high_dtype``; ``low_k/low_v
-    [N, Hkv, ceil(D/2)]`` uint8 codes and ``low_ks/low_vs [N, Hkv, 1]`` FP16 scales."""
+    """Per-layer pool tensors, views of one ``[capacity_bytes]`` uint8 buffer:
+    ``high_k/high_v [N_g, Hkv, D]`` at ``high_dtype``; ``low_k/low_v [M_g, Hkv, ceil(D/2)]``
+    uint8 codes and ``low_ks/low_vs [M_g, Hkv, 1]`` FP16 scales (``N_g``/``M_g``: the split's
+    high/low rows of the layer's group), and per group a free list of each pool's rows."""
 
     def __init__(
-        self, layout: KVLayout, high_dtype: torch.dtype, capacity: int, device: torch.device
+        self,
+        layout: KVLayout,
+        high_dtype: torch.dtype,
+        capacity_bytes: int | None,
+        rows: PoolRows,
+        device: torch.device,
     ) -> None:
+        self.layout = layout
         self.groups: LayerGroups = layout.groups
         self.high_dtype = high_dtype
-        n, h, d, dp = (
-            layout.num_layers,
-            layout.num_kv_heads,
-            layout.head_dim,
-            (layout.head_dim + 1) // 2,
-        )
-        kw = {"device": device}
-        self.high_k = [torch.zeros(capacity, h, d, dtype=high_dtype, **kw) for _ in range(n)]
-        self.high_v = [torch.zeros_like(t) for t in self.high_k]
-        self.low_k = [torch.zeros(capacity, h, dp, dtype=torch.uint8, **kw) for _ in range(n)]
-        self.low_v = [torch.zeros_like(t) for t in self.low_k]
-        self.low_ks = [torch.ones(capacity, h, 1, dtype=torch.float16, **kw) for _ in range(n)]
-        self.low_vs = [torch.ones_like(t) for t in self.low_ks]
+        capacity_bytes = capacity_bytes or rows.nbytes(layout, high_dtype)
+        self.buffer = torch.empty(capacity_bytes, dtype=torch.uint8, device=device)
+        self.high_alloc = [SlotAllocator(0) for _ in range(3)]
+        self.low_alloc = [SlotAllocator(0) for _ in range(3)]
+        self.split(rows)
 
-    def grow_high(self, g: int, capacity: int) -> None:
-        """Make the high pools of group ``g``'s layers hold at least ``capacity`` rows."""
-        for layer in self.groups.layers_of(g):
-            for pools in (self.high_k, self.high_v):
-                pools[layer] = _grow(pools[layer], capacity, 0.0)
+    def split(self, rows: PoolRows) -> None:
+        """Carve the buffer into ``rows``, every row free; every view is contiguous. The
+        caller (``KVStore.resplit``) makes sure no row is held.
 
-    def grow_low(self, g: int, capacity: int) -> None:
-        fills = ((self.low_k, 0.0), (self.low_v, 0.0), (self.low_ks, 1.0), (self.low_vs, 1.0))
-        for layer in self.groups.layers_of(g):
-            for pools, fill in fills:
-                pools[layer] = _grow(pools[layer], capacity, fill)
+        Two-byte tensors (high rows, scales) come first and codes last, so every view starts
+        at an offset its dtype divides and nothing is lost to padding.
+
+        Raises
+        ------
+        KVStoreError
+            ``rows`` need more bytes than the buffer holds.
+        """
+        need = rows.nbytes(self.layout, self.high_dtype)
+        if need > self.buffer.numel():
+            raise KVStoreError(
+                f"pool rows {rows} need {need} bytes, more than the {self.buffer.numel()} "
+                "preallocated (kv_capacity_bytes)"
+            )
+        lay = self.layout
+        h, d, dp = lay.num_kv_heads, lay.head_dim, (lay.head_dim + 1) // 2
+        offset = 0
+
+        def take(n: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            nonlocal offset
+            size = torch.empty(0, dtype=dtype).itemsize
+            count = n
+            for s in shape:
+                count *= s
+            view = self.buffer[offset : offset + count * size].view(dtype).view(n, *shape)
+            offset += count * size
+            return view
+
+        layers = range(lay.num_layers)
+        group = [self.groups.group_of(i) for i in layers]
+        hi, lo = [rows.high[group[i]] for i in layers], [rows.low[group[i]] for i in layers]
+        self.high_k = [take(hi[i], (h, d), self.high_dtype) for i in layers]
+        self.high_v = [take(hi[i], (h, d), self.high_dtype) for i in layers]
+        self.low_ks = [take(lo[i], (h, 1), _SCALE) for i in layers]
+        self.low_vs = [take(lo[i], (h, 1), _SCALE) for i in layers]
+        self.low_k = [take(lo[i], (h, dp), torch.uint8) for i in layers]
+        self.low_v = [take(lo[i], (h, dp), torch.uint8) for i in layers]
+        self.rows = rows
+        for g in range(3):
+            self.high_alloc[g].reset(rows.high[g])
+            self.low_alloc[g].reset(rows.low[g])
+
+    def free_rows(self) -> np.ndarray:
+        """``[2, 3]`` free rows: the high pools, then the low pools, per layer group."""
+        pools = (self.high_alloc, self.low_alloc)
+        return np.array([[a.capacity - a.used for a in p] for p in pools], dtype=np.int64)
 
     def write(self, layer: int, put: GroupWrite, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store one layer's new rows ``[T, Hkv, D]``: high rows at ``high_dtype``, rows that
@@ -117,13 +216,5 @@ class KVPools:
         )  # fmt: skip
 
     def allocated_bytes(self) -> int:
-        """Bytes of the pool tensors themselves (capacity, including free slots)."""
-        pools = (self.high_k, self.high_v, self.low_k, self.low_v, self.low_ks, self.low_vs)
-        return sum(t.numel() * t.element_size() for layers in pools for t in layers)
-
-
-def _grow(t: torch.Tensor, capacity: int, fill: float) -> torch.Tensor:
-    if t.shape[0] >= capacity:
-        return t
-    extra = torch.full((capacity - t.shape[0], *t.shape[1:]), fill, dtype=t.dtype, device=t.device)
-    return torch.cat([t, extra])
+        """Bytes of the preallocated buffer (the capacity, free rows included)."""
+        return self.buffer.numel()

@@ -26,6 +26,9 @@ class ActionSchedule:
     def put(self, position: int, actions: Sequence[Action]) -> None:
         self._due[position] = tuple(actions)
 
+    def peek(self, position: int) -> Actions:
+        return self._due.get(position, KEEP)
+
     def take(self, position: int) -> Actions:
         """The token's actions, forgotten once carried out (``KEEP`` when none were set)."""
         return self._due.pop(position, KEEP)

@@ -21,16 +21,15 @@ gaps left by released tokens stays correct.
 The store is batch-first: a step writes chunks for several sequences at once (packed into one
 ``[T]`` token axis) and attention reads each sequence's own slots.
 
-This class ties the parts together and owns the token's life; each part is its own file: the
-pool tensors (``kv_pools.py``), slot maps and allocators (``slots.py``), deferred actions
-(``kv_schedule.py``), byte accounting (``kv_accounting.py``) and attention mass for the
-score-ranked baselines (``key_scores.py``).
+This class owns the token's life; each part is its own file: the preallocated pools and their
+free rows (``kv_pools.py``), one sequence's slot maps, settled mark and deferred actions
+(``kv_sequence.py``, ``slots.py``, ``kv_schedule.py``), byte accounting
+(``kv_accounting.py``) and attention mass for the score-ranked baselines (``key_scores.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -40,21 +39,11 @@ from pask_agent.policy.actions import Action
 from pask_agent.runtime.key_scores import KeyScoreBook
 from pask_agent.runtime.kv_accounting import KVBytes
 from pask_agent.runtime.kv_layout import GroupWrite, KVLayout, KVReport, StepBatch, StoreConfig
-from pask_agent.runtime.kv_pools import KVPools
-from pask_agent.runtime.kv_schedule import ActionSchedule
-from pask_agent.runtime.slots import SlotAllocator, SlotMap, audit_slots, pool_view
+from pask_agent.runtime.kv_pools import KVPools, PoolRows, split_rows
+from pask_agent.runtime.kv_sequence import StoredSequence
+from pask_agent.runtime.slots import audit_slots, pool_view
 
 __all__ = ["GroupWrite", "KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
-
-
-@dataclass
-class _Sequence:
-    length: int = 0  # logical length: tokens written so far (absolute position of the next one)
-    settled: int = 0  # tokens below this position have had their scheduled action executed
-    high: list[SlotMap] = field(default_factory=list)  # per group
-    low: list[SlotMap] = field(default_factory=list)
-    pending: ActionSchedule = field(default_factory=ActionSchedule)
-    peak_bytes: int = 0
 
 
 class KVStore:
@@ -68,6 +57,9 @@ class KVStore:
         Sink and window protection and the high pool's storage dtype.
     device:
         Where the pools live. On CPU attention uses the torch reference kernels.
+    capacity_bytes:
+        Bytes preallocated once for every pool (``kv_pools.py``), split evenly until the
+        engine re-splits an empty store; None: ``config.rows_per_pool`` rows in each pool.
     """
 
     def __init__(
@@ -75,35 +67,30 @@ class KVStore:
         layout: KVLayout,
         config: StoreConfig | None = None,
         device: torch.device | str = "cpu",
+        capacity_bytes: int | None = None,
     ) -> None:
         self.layout = layout
         self.config = config or StoreConfig()
         self.device = torch.device(device)
         self.groups = layout.groups
         self._group_of_layer = [self.groups.group_of(i) for i in range(layout.num_layers)]
-        cap = self.config.initial_capacity
-        self._high_alloc = [SlotAllocator(cap) for _ in range(3)]
-        self._low_alloc = [SlotAllocator(cap) for _ in range(3)]
-        self.pools = KVPools(layout, self.config.high_dtype, cap, self.device)
+        rows = split_rows(capacity_bytes, layout, (1,) * 3, (1,) * 3) if capacity_bytes else None
+        rows = rows or PoolRows.even(self.config.rows_per_pool)
+        self.pools = KVPools(layout, self.config.high_dtype, capacity_bytes, rows, self.device)
+        self._high_alloc, self._low_alloc = self.pools.high_alloc, self.pools.low_alloc
         self.bytes = KVBytes(layout)
-        self._seqs: dict[str, _Sequence] = {}
+        self._seqs: dict[str, StoredSequence] = {}
         self.key_scores = KeyScoreBook()
         self.peak_bytes = 0
 
-    # ----------------------------------------------------------------- sequences
     def add_sequence(self, seq_id: str) -> None:
         if seq_id in self._seqs:
             raise KVStoreError(f"sequence {seq_id!r} already exists in the store")
-        self._seqs[seq_id] = _Sequence(
-            high=[SlotMap() for _ in range(3)], low=[SlotMap() for _ in range(3)]
-        )
+        self._seqs[seq_id] = StoredSequence()
 
     def remove_sequence(self, seq_id: str) -> None:
         """Free every slot of a sequence at once (finished or cancelled requests)."""
-        seq = self._get(seq_id)
-        for g in range(3):
-            self._high_alloc[g].give(seq.high[g].slots)
-            self._low_alloc[g].give(seq.low[g].slots)
+        self._get(seq_id).free(self._high_alloc, self._low_alloc)
         del self._seqs[seq_id]
         self.key_scores.drop(seq_id)
 
@@ -112,13 +99,7 @@ class KVStore:
         seq = self._get(seq_id)
         if not 0 <= length <= seq.length:
             raise KVStoreError(f"cannot truncate {seq_id!r} of length {seq.length} to {length}")
-        for g in range(3):
-            for maps, alloc in ((seq.high, self._high_alloc), (seq.low, self._low_alloc)):
-                gone = [p for p in range(length, seq.length) if p in maps[g].index]
-                alloc[g].give([maps[g].remove(p) for p in gone])
-        seq.pending.drop_from(length)
-        seq.length = length
-        seq.settled = min(seq.settled, length)
+        seq.truncate(length, self._high_alloc, self._low_alloc)
 
     def has_sequence(self, seq_id: str) -> bool:
         return seq_id in self._seqs
@@ -128,16 +109,33 @@ class KVStore:
         """Sequences in the store now (requests in flight plus kept conversations)."""
         return len(self._seqs)
 
+    def sequence_ids(self) -> list[str]:
+        return list(self._seqs)  # oldest first
+
     def length(self, seq_id: str) -> int:
         return self._get(seq_id).length
 
-    def _get(self, seq_id: str) -> _Sequence:
+    def resplit(self, rows: PoolRows) -> None:
+        """Divide the preallocated bytes into ``rows`` (``KVPools.split``); the store must be
+        empty, so no held row moves. Raises ``KVStoreError`` otherwise."""
+        if self._seqs:
+            raise KVStoreError(f"re-split needs an empty store; {len(self._seqs)} sequences held")
+        self.pools.split(rows)
+
+    def held_rows(self, seq_id: str) -> np.ndarray:
+        """``[2, 3]`` rows one sequence holds, laid out as ``KVPools.free_rows``."""
+        return self._get(seq_id).held_rows()
+
+    def rows_after_step(self, seq_id: str, n: int) -> np.ndarray:
+        """``[2, 3]`` rows it may hold after a decode step of ``n`` tokens (``kv_sequence``)."""
+        return self._get(seq_id).rows_after_step(n, self.config.sinks, self.config.window)
+
+    def _get(self, seq_id: str) -> StoredSequence:
         try:
             return self._seqs[seq_id]
         except KeyError:
             raise KVStoreError(f"unknown sequence {seq_id!r}; call add_sequence first") from None
 
-    # ----------------------------------------------------------------- scheduling
     def schedule(self, seq_id: str, position: int, actions: Sequence[Action]) -> None:
         """Record the per-group actions a token gets when it leaves the recent window."""
         if len(actions) != 3:
@@ -151,7 +149,6 @@ class KVStore:
         for i, acts in enumerate(actions):
             self.schedule(seq_id, start + i, acts)
 
-    # ----------------------------------------------------------------- one step
     def begin_step(
         self, chunks: Sequence[tuple[str, int]], *, want_scores: bool = False
     ) -> StepBatch:
@@ -204,7 +201,7 @@ class KVStore:
     def _place(
         self,
         g: int,
-        seqs: list[_Sequence],
+        seqs: list[StoredSequence],
         offsets: list[int],
         positions: list[int],
         low_rows: list[int],
@@ -217,12 +214,11 @@ class KVStore:
         high_rows = np.flatnonzero(keep)
         pos = np.asarray(positions, dtype=np.int64)
         out = []
-        for rows, alloc, grow, high in (
-            (high_rows, self._high_alloc[g], self.pools.grow_high, True),
-            (np.asarray(low_rows, dtype=np.int64), self._low_alloc[g], self.pools.grow_low, False),
+        for rows, alloc, high in (
+            (high_rows, self._high_alloc[g], True),
+            (np.asarray(low_rows, dtype=np.int64), self._low_alloc[g], False),
         ):
-            slots, cap = alloc.take(len(rows))
-            grow(g, cap)
+            slots = alloc.take(len(rows))
             # rows are sorted and each sequence's rows contiguous: one slice per sequence
             cuts = np.searchsorted(rows, offsets).tolist()
             for b, seq in enumerate(seqs):
@@ -314,8 +310,8 @@ class KVStore:
         if step.want_scores:
             self.key_scores.end_step(step.seq_ids)
         s, w = self.config.sinks, self.config.window
-        to_low: list[list[tuple[_Sequence, list[int]]]] = [[], [], []]
-        to_release: list[list[tuple[_Sequence, list[int]]]] = [[], [], []]
+        to_low: list[list[tuple[StoredSequence, list[int]]]] = [[], [], []]
+        to_release: list[list[tuple[StoredSequence, list[int]]]] = [[], [], []]
         counts = step.q_offsets.diff().tolist()
         for seq_id, n in zip(step.seq_ids, counts, strict=True):
             seq = self._seqs[seq_id]
@@ -332,21 +328,20 @@ class KVStore:
     def _migrate(
         self,
         g: int,
-        to_low: list[tuple[_Sequence, list[int]]],
-        to_release: list[tuple[_Sequence, list[int]]],
+        to_low: list[tuple[StoredSequence, list[int]]],
+        to_release: list[tuple[StoredSequence, list[int]]],
     ) -> None:
         """Move held-high tokens of several sequences to the low pool (H→L) or free them (H→R).
 
-        Quantize first, free the high slots, then take low ones: the live bytes never rise
-        above what they were before the migration (the codes are scratch in between).
+        The low rows are taken first, so a full low pool raises before anything moves (the
+        two pools are separate memory: the order costs nothing).
         """
         if to_low:
+            low_slots = self._low_alloc[g].take(sum(len(ps) for _, ps in to_low))
             high_slots = [seq.high[g].remove(p) for seq, ps in to_low for p in ps]
             src = torch.tensor(high_slots, dtype=torch.int64, device=self.device)
             coded = self.pools.quantize_rows(g, src)
             self._high_alloc[g].give(high_slots)
-            low_slots, cap = self._low_alloc[g].take(len(high_slots))
-            self.pools.grow_low(g, cap)
             dst = torch.tensor(low_slots, dtype=torch.int64, device=self.device)
             self.pools.put_low(coded, dst)
             i = 0
@@ -356,8 +351,7 @@ class KVStore:
         for seq, ps in to_release:
             self._high_alloc[g].give([seq.high[g].remove(p) for p in ps])
 
-    # ----------------------------------------------------------------- accounting
-    def _note_peak(self, seqs: Sequence[_Sequence]) -> None:
+    def _note_peak(self, seqs: Sequence[StoredSequence]) -> None:
         for seq in seqs:
             seq.peak_bytes = max(seq.peak_bytes, sum(self.bytes.held(seq.high, seq.low)))
         self.peak_bytes = max(self.peak_bytes, self.live_bytes())
@@ -367,26 +361,21 @@ class KVStore:
         return self.bytes.live(self._high_alloc, self._low_alloc)
 
     def allocated_bytes(self) -> int:
-        """Bytes of the pool tensors themselves (capacity, including free slots)."""
+        """Bytes preallocated for the pools (the capacity, free rows included)."""
         return self.pools.allocated_bytes()
 
     def audit(self) -> None:
         """Every slot of every pool is free exactly once or held by exactly one token
         (``slots.audit_slots``: why, and what it raises)."""
+        seqs = self._seqs.values()
         for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
             for g, alloc in enumerate(allocs):
-                maps = [(seq.high if kind == "high" else seq.low)[g] for seq in self._seqs.values()]
-                held = [s for m in maps for s in m.slots.tolist()]
+                held = [s for q in seqs for s in (q.high if kind == "high" else q.low)[g].slots]
                 audit_slots(f"{kind} pool, group {g}", alloc, held)
 
     def report(self, seq_id: str, prompt_tokens: int = 0) -> KVReport:
         """What ``seq_id`` holds; with ``prompt_tokens``, also how much of it is the prompt's."""
-        seq = self._get(seq_id)
-        high, low, scales = self.bytes.held(seq.high, seq.low)
-        full = self.bytes.full(seq.length)
-        cfg = self.config
-        prompt = self.bytes.held_before(seq.high, seq.low, prompt_tokens) if prompt_tokens else 0
-        return KVReport(
-            seq.length, high, low, scales, full, seq.peak_bytes, cfg.sinks, cfg.window,
-            prompt_tokens, prompt, self.bytes.full(prompt_tokens),
-        )  # fmt: skip
+        seq, cfg = self._get(seq_id), self.config
+        return self.bytes.report(
+            seq.high, seq.low, seq.length, seq.peak_bytes, cfg.sinks, cfg.window, prompt_tokens
+        )

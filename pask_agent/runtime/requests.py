@@ -22,14 +22,16 @@ from pask_agent.runtime.results import Delta
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
-    """Serving settings. ``kv_capacity_bytes`` bounds the sum of admitted requests' demands
-    (what their policies keep: ``runtime/admission.py``): a request that fits alone waits until
-    the running ones leave it room; one that could never fit is refused with
-    ``RequestTooLargeError`` when it is made."""
+    """Serving settings. ``kv_capacity_bytes`` is preallocated once for the KV pools
+    (``runtime/kv_pools.py``) and bounds the admitted requests' demands (what their policies
+    keep, in pool rows: ``runtime/admission.py``): a request that fits alone waits until the
+    running ones leave it room; one that could never fit is refused with
+    ``RequestTooLargeError`` when it is made. None: ``max_batch`` Full-KV requests of the
+    model's context, at most 4 GiB (``admission.default_capacity_bytes``)."""
 
     sinks: int = 4
     window: int = 16
-    kv_capacity_bytes: int = 4 << 30
+    kv_capacity_bytes: int | None = None
     prefill_chunk_tokens: int = 256
     max_batch: int = 16
     # Off by default: appending grammar-forced text re-tokenizes it, which gives the model token
@@ -50,7 +52,8 @@ class RuntimeConfig:
     record_traces: str | None = None
 
     def __post_init__(self) -> None:
-        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or self.kv_capacity_bytes < 1:
+        capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes
+        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or capacity < 1:
             raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
         if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
             raise ConfigError(
@@ -130,6 +133,7 @@ class Request:
     generator: torch.Generator | None = None
     stream: TokenTextStream | None = None
     demand_bytes: int = 0  # reserved KV capacity (grows if the request outruns it)
+    demand_rows: Any = None  # [2, 3] int64 pool rows behind demand_bytes (admission.py)
     plan: list | None = None  # prefill plan of prompt_ids[plan_keep:], made at admission
     plan_keep: int = -1
     tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket

@@ -80,23 +80,37 @@ class SlotMap:
 
 
 class SlotAllocator:
-    """A free list over ``capacity`` slots; grows by doubling (the caller grows the tensors)."""
+    """A free list over a fixed ``capacity`` of slots (the pool's rows; it never grows)."""
 
     __slots__ = ("capacity", "free", "used")
 
     def __init__(self, capacity: int) -> None:
+        self.reset(capacity)
+
+    def reset(self, capacity: int) -> None:
+        """Every slot free, ``capacity`` of them (a re-split of an empty store)."""
         self.capacity = capacity
         self.free = list(range(capacity - 1, -1, -1))
         self.used = 0
 
-    def take(self, n: int) -> tuple[list[int], int]:
-        """Return ``n`` slots and the capacity needed to hold them (maybe larger than now)."""
-        while len(self.free) < n:
-            old, self.capacity = self.capacity, self.capacity * 2
-            self.free[:0] = range(self.capacity - 1, old - 1, -1)
-        taken = [self.free.pop() for _ in range(n)]
+    def take(self, n: int) -> list[int]:
+        """``n`` free slots.
+
+        Raises
+        ------
+        KVStoreError
+            Fewer than ``n`` are free: admission (``runtime/admission.py``) should have kept
+            the pool from running out, so this is a bug or a store driven without an engine.
+        """
+        if len(self.free) < n:
+            raise KVStoreError(
+                f"KV pool full: {n} rows wanted, {len(self.free)} of {self.capacity} free; "
+                "raise kv_capacity_bytes or admit fewer requests"
+            )
+        taken = self.free[len(self.free) - n :][::-1]
+        del self.free[len(self.free) - n :]
         self.used += n
-        return taken, self.capacity
+        return taken
 
     def give(self, slots: Sequence[int] | np.ndarray) -> None:
         self.free.extend(slots.tolist() if isinstance(slots, np.ndarray) else slots)

@@ -3,19 +3,22 @@
 A capacity that holds exactly N Full-KV requests admits more than N PASK requests at B = 0.33
 at once, live bytes (the store's high-water mark inside every step) never pass the capacity,
 a request that outgrows its reservation is handled without a crash, and a request whose
-compressed demand can never fit is refused before it queues.
+compressed demand can never fit is refused before it queues. Demands are pool rows
+(``runtime/admission.py``); their bytes are what the tests compare with the capacity.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pask_agent.errors import RequestTooLargeError
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
+from pask_agent.runtime.admission import rows_bytes
 from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
 from pask_agent.runtime.models import LoadedModel, load_tokenizer
 from pask_agent.runtime.outputs import TEXT
@@ -57,6 +60,11 @@ def _full_demand(engine: Engine, n: int) -> int:
     return (n + NEW) * engine.costs.full_bytes_per_token
 
 
+def _demand(engine: Engine, session, labels: list[str]) -> int:
+    rows, _ = engine.demand(session, labels, NEW)
+    return rows_bytes(rows, engine.costs)
+
+
 def _serve(engine: Engine, requests: list[Request]) -> tuple[int, list[Finished]]:
     """Step until every request ends; the most requests that ran at once, and their ends."""
     engine.inbox.extend(requests)
@@ -86,11 +94,11 @@ def test_pask_admits_more_than_full_into_the_same_capacity(tiny, n_full: int) ->
     assert most_full == n_full and len(done) == len(reqs)  # the capacity holds exactly N
 
     engine = Engine(tiny, config)
-    demand, _ = engine.demand_bytes(_session(engine, pask), labels, NEW)
+    demand = _demand(engine, _session(engine, pask), labels)
     reqs = [_request(engine, pask, ids, labels) for _ in range(3 * n_full)]
     most, done = _serve(engine, reqs)
     assert len(done) == len(reqs) and all(f.reason == "length" for f in done)
-    # as many as their compressed demands fit (5 here: 0.40 of a Full-KV demand each)
+    # as many as their compressed demands fit (4 here: 0.48 of a Full-KV demand each)
     assert most == capacity // demand >= 2 * n_full, (most, demand, capacity)
     # the high-water mark inside every step, not only between steps, stayed within capacity
     assert engine.store.peak_bytes <= capacity
@@ -106,22 +114,20 @@ def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
     engine.inbox.extend([a, b])
     engine.step()
     assert engine.live == [a, b]
-    # Pretend A's plan was too optimistic: shrink its reservation to what it holds after the
-    # prompt, and leave no unreserved capacity, so every new token overruns.
+    # Pretend A's plan was too optimistic: shrink its reservation to the rows it holds after
+    # the prompt, and let B claim every spare row, so every new token of A overruns.
     while a.prefill_pos < len(a.prompt_ids):
         engine.step()
     engine.step()
-    held = engine.store.report(a.state.seq_id).live_bytes
-    engine.reservations.reserved -= a.demand_bytes - held
-    a.demand_bytes = held
-    engine.reservations.capacity = engine.reservations.reserved
+    a.demand_rows = engine.store.held_rows(a.state.seq_id)
+    b.demand_rows = b.demand_rows + np.maximum(engine.reservations.spare(engine.live), 0)
     ends = []
     while engine.has_work():
         for r, event in engine.step():
             ends.append((r, event))
         if a in engine.live:
-            assert engine.store.report(a.state.seq_id).live_bytes <= a.demand_bytes
-        assert engine.store.live_bytes() <= engine.reservations.capacity
+            assert (engine.store.held_rows(a.state.seq_id) <= a.demand_rows).all()
+            assert (engine.reservations.spare(engine.live) >= 0).all()
     assert engine.shed_events > 0
     finished = [r for r, e in ends if isinstance(e, Finished)]
     assert a in finished and b in finished  # both ran to their token limit
@@ -131,7 +137,7 @@ def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:
     ids, labels = _prompt(tiny)
     probe = Engine(tiny)
     pask = HandWrittenPaskPolicy(allow_transfer=True)
-    demand, _ = probe.demand_bytes(_session(probe, pask), labels, NEW)
+    demand = _demand(probe, _session(probe, pask), labels)
     full = _full_demand(probe, len(ids))
     assert demand < full / 2  # what PASK keeps at 0.33, window and reserve included
     between = Engine(tiny, RuntimeConfig(kv_capacity_bytes=(demand + full) // 2))

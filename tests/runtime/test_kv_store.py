@@ -28,7 +28,7 @@ def _prompts(lengths: list[int], seed: int = 1) -> list[list[int]]:
 def _store(model, sinks: int = 4, window: int = 8, cap: int = 16) -> KVStore:
     return KVStore(
         KVLayout.from_config(model.config),
-        StoreConfig(sinks=sinks, window=window, initial_capacity=cap),
+        StoreConfig(sinks=sinks, window=window, rows_per_pool=cap),
     )
 
 
@@ -168,15 +168,17 @@ def test_per_group_actions_and_int4_rows(tiny_model) -> None:
 
 
 def test_released_slots_are_reused_not_masked(tiny) -> None:
-    engine = engine_for(tiny, sinks=2, window=4)
-    cap = engine.store.config.initial_capacity
-    greedy(engine, _prompts([6]), max_new_tokens=cap + 40, action=Action.R)
-    # 6 live tokens at most (+1 in flight) ever, over cap + 45 written: the pools never grew
-    assert engine.store._high_alloc[0].capacity == cap
-    assert engine.store.pools.high_k[0].shape[0] == cap
-    full = engine_for(tiny, sinks=2, window=4)
-    greedy(full, _prompts([6]), max_new_tokens=cap + 40, action=Action.H)
-    assert full.store._high_alloc[0].capacity >= 2 * cap
+    from pask_agent.runtime.engine import Engine, RuntimeConfig
+
+    # pools that hold 64 tokens at Full KV; 64 + 40 tokens written under R fit, reused
+    tokens = 64
+    lay = KVLayout.from_config(tiny.model.config)
+    capacity = tokens * lay.num_layers * lay.high_row_bytes
+    engine = Engine(tiny, RuntimeConfig(sinks=2, window=4, kv_capacity_bytes=capacity))
+    (end,) = greedy(engine, _prompts([6]), max_new_tokens=tokens + 40, action=Action.R)
+    assert len(end.token_ids) == tokens + 40
+    assert engine.store.allocated_bytes() == capacity  # the buffer never grew
+    assert engine.store.pools.rows.high[0] < tokens + 46  # rows were reused, not added
 
 
 def test_store_errors_are_typed(tiny_model) -> None:
