@@ -1,9 +1,26 @@
-"""Serving benchmark: aggregate decode throughput at several concurrency levels.
+"""Serving benchmark: policies side by side, speed and memory, at several concurrencies.
 
-Each level submits ``c`` requests at once with prompts of exactly ``prompt_tokens`` tokens and
-forces ``new_tokens`` new tokens each (stop tokens masked). Decode throughput counts the tokens
-generated after every request has its first token, over the time from then to the end, so
-prefill does not dilute it. Results go to JSON + Markdown.
+For each prompt size, policy and concurrency ``c``, ``c`` requests with rendered chat prompts
+of exactly ``prompt_tokens`` tokens (labelled as the runtime labels them) are queued at once
+and forced to generate ``new_tokens`` tokens each (stop tokens masked). The bench drives
+``Engine.step``, the one loop the async ``Runtime`` runs in its worker, and times each step.
+
+What a row measures (one row per policy × prompt size × concurrency):
+
+* ``decode_tok_s``: tokens sampled in *decode steps* (every row feeds one token) over those
+  steps' wall time, so prefill does not dilute it; ``e2e_tok_s``: all generated tokens over the
+  whole wall time, prefill included. ``ttft_s``/``tpot_s``: request means (``Finished``).
+* ``admitted_max``: the most requests running at once: under ``kv_capacity_bytes`` the
+  engine admits what the policies' demands fit (``runtime/admission.py``); ``fits_at_once``:
+  how many requests of this demand the capacity admits at once, however many are queued.
+* ``peak_kv_bytes``: the store's high-water mark of live payload inside the steps;
+  ``allocated_kv_bytes``: the preallocated pools; ``rss_peak_bytes``: the process's resident
+  memory, sampled after every step (the largest sample).
+* ``host_overhead_pct``: in decode steps, the step's wall time outside the model forward
+  (admission, store bookkeeping, masks, sampling, tagger, policy hooks) over the step's time.
+* ``roofline_pct``: in decode steps, the time the step's unavoidable memory traffic takes, the
+  model's weights plus the retained KV payload at the bandwidth the bench measures itself
+  (``measure_bandwidth``), over the step's time: 100 % is a step that only streams memory.
 """
 
 from __future__ import annotations
@@ -11,13 +28,21 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
+import torch
 
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import load_model
+from pask_agent.eval.provenance import provenance
+from pask_agent.policy import pask  # noqa: F401 - registers the policies
+from pask_agent.policy.base import PolicyEnv
+from pask_agent.policy.registry import get_policy
+from pask_agent.runtime.admission import requests_that_fit
+from pask_agent.runtime.engine import Engine, Failed, Finished, Request, RuntimeConfig
+from pask_agent.runtime.models import LoadedModel, load_model
+from pask_agent.runtime.requests import SamplingParams
 from pask_agent.runtime.results import Delta
 from pask_agent.runtime.runtime import Runtime
 
@@ -27,128 +52,232 @@ FILLER = (
 )
 
 
-def _prompt(tokenizer: Any, n_tokens: int, salt: int) -> str:
-    """A user message whose rendered chat prompt is exactly ``n_tokens`` tokens."""
-    body = f"Request {salt}. " + FILLER * (n_tokens // 10 + 4)
-    wrapper = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "X"}], tokenize=False, add_generation_prompt=True
-    )
-    overhead = len(tokenizer(wrapper, add_special_tokens=False)["input_ids"]) - 1
-    ids = tokenizer(body, add_special_tokens=False)["input_ids"][: max(1, n_tokens - overhead)]
-    return tokenizer.decode(ids)
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    ids: list[int]
+    labels: list[str] | None
+    spec: Any
 
 
-async def run_level(
-    rt: Runtime, c: int, prompt_tokens: int, new_tokens: int, policy: str, budget: float | None
+def make_prompts(rt: Runtime, n_tokens: int, count: int) -> list[Prompt]:
+    """``count`` distinct user turns whose rendered chat prompts are exactly ``n_tokens``."""
+    out = []
+    for salt in range(count):
+        body = f"Request {salt}. " + FILLER * (n_tokens // 10 + 4)
+        words = rt.tokenizer(body, add_special_tokens=False)["input_ids"]
+        keep = n_tokens
+        for _ in range(8):  # the template's wrapper: trim the body until the total is exact
+            text = rt.tokenizer.decode(words[: max(1, keep)])
+            ids, labels, spec = rt.prepare(
+                [{"role": "user", "content": text}], None, "auto", True, labels=True
+            )
+            if len(ids) == n_tokens:
+                break
+            keep -= len(ids) - n_tokens
+        if len(ids) != n_tokens:
+            raise ValueError(f"could not render a prompt of exactly {n_tokens} tokens")
+        out.append(Prompt(ids, labels, spec))
+    return out
+
+
+def measure_bandwidth(mib: int = 512, repeats: int = 5) -> float:
+    """Bytes/s this process reads from memory: the best of ``repeats`` sums over a fp32
+    tensor far larger than the caches, with the threads torch is set to use."""
+    x = torch.ones(mib << 18)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * x.element_size() / best
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of the model's parameters (tied weights once): what every decode step reads."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+    except OSError:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class _ForwardClock:
+    """Wall time of the model forward and its token count, by hooks (nothing patched)."""
+
+    def __init__(self, model: Any) -> None:
+        self.seconds, self.tokens, self._t = 0.0, 0, 0.0
+        self._hooks = [
+            model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            model.register_forward_hook(self._post),
+        ]
+
+    def _pre(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        self.tokens = int(kwargs["input_ids"].numel())
+        self._t = time.perf_counter()
+
+    def _post(self, module: Any, args: Any, out: Any) -> None:
+        self.seconds += time.perf_counter() - self._t
+
+    def close(self) -> None:
+        for h in self._hooks:
+            h.remove()
+
+
+def run_level(
+    engine: Engine,
+    prompts: Sequence[Prompt],
+    policy: str,
+    budget: float | None,
+    new_tokens: int,
+    *,
+    weights: int,
+    bandwidth: float,
 ) -> dict[str, Any]:
-    prompts = [_prompt(rt.tokenizer, prompt_tokens, i) for i in range(c)]
-    results: list[Any] = [None] * c
-    stamps: list[list[tuple[float, int]]] = [[] for _ in range(c)]
+    """Serve ``len(prompts)`` requests queued at once; one row of measurements."""
+    pol, cfg, store = get_policy(policy)(), engine.config, engine.store
+    env = PolicyEnv(engine.costs, cfg.sinks, cfg.window, budget)
+    params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
+    store.peak_bytes, sheds = 0, engine.shed_events
+    requests = [
+        Request(p.ids, p.labels, p.spec, params, engine.new_sequence(pol.start(env)), pol)
+        for p in prompts
+    ]
+    clock = _ForwardClock(engine.model)
+    ends: list[Finished] = []
+    admitted = rss = steps = 0
+    decode_s = decode_tokens = host_s = roof_s = 0.0
     start = time.perf_counter()
-
-    async def one(i: int) -> None:
-        async for item in rt.stream(
-            [{"role": "user", "content": prompts[i]}],
-            max_new_tokens=new_tokens,
-            ignore_eos=True,
-            policy=policy,
-            budget=budget,
-            with_result=True,
-        ):
-            if isinstance(item, Delta):
-                stamps[i].append((time.perf_counter(), len(item.token_ids)))
-            else:
-                results[i] = item
-
-    async with anyio.create_task_group() as tg:
-        for i in range(c):
-            tg.start_soon(one, i)
-    end = max(s[-1][0] for s in stamps)
-    decode_from = max(s[0][0] for s in stamps)  # every request has its first token
-    decode_tokens = sum(n for s in stamps for t, n in s if t > decode_from)
+    engine.inbox.extend(requests)
+    try:
+        while engine.has_work():
+            clock.seconds = 0.0
+            t = time.perf_counter()
+            events = engine.step()
+            dt = time.perf_counter() - t
+            sampled = sum(len(e.token_ids) for _, e in events if isinstance(e, Delta))
+            done = [e for _, e in events if isinstance(e, Finished)]
+            for _, e in events:
+                if isinstance(e, Failed):
+                    raise e.error
+            ends += done
+            admitted = max(admitted, len(engine.live) + len(done))
+            rss = max(rss, _rss_bytes())
+            if sampled and clock.tokens == sampled:  # every row fed one token: a decode step
+                steps += 1
+                decode_s, decode_tokens = decode_s + dt, decode_tokens + sampled
+                host_s += dt - clock.seconds
+                roof_s += (weights + store.live_bytes()) / bandwidth
+    finally:
+        clock.close()
+    wall = time.perf_counter() - start
+    c = len(prompts)
+    fits = requests_that_fit(engine.capacity_bytes, engine.layout, requests[0].demand_rows)
     return {
+        "policy": policy,
+        "budget": budget,
         "concurrency": c,
-        "prompt_tokens": [r.usage.prompt_tokens for r in results],
-        "new_tokens": [r.usage.completion_tokens for r in results],
-        "wall_s": round(end - start, 3),
-        "mean_ttft_s": round(sum(r.usage.ttft_s for r in results) / c, 3),
-        "mean_tpot_s": round(sum(r.usage.tpot_s for r in results) / c, 4),
-        "decode_tokens_per_s": round(decode_tokens / (end - decode_from), 2)
-        if end > decode_from
-        else None,
-        "end_to_end_tokens_per_s": round(
-            sum(r.usage.completion_tokens for r in results) / (end - start), 2
-        ),
+        "prompt_tokens": len(prompts[0].ids),
+        "new_tokens": new_tokens,
+        "kv_capacity_bytes": engine.capacity_bytes,
+        "admitted_max": admitted,
+        "fits_at_once": fits,
+        "decode_tok_s": round(decode_tokens / decode_s, 3) if decode_s else None,
+        "e2e_tok_s": round(sum(len(f.token_ids) for f in ends) / wall, 3),
+        "tpot_s": round(sum(f.tpot_s for f in ends) / c, 4),
+        "ttft_s": round(sum(f.ttft_s for f in ends) / c, 3),
+        "wall_s": round(wall, 2),
+        "decode_steps": steps,
+        "peak_kv_bytes": store.peak_bytes,
+        "allocated_kv_bytes": store.allocated_bytes(),
+        "full_kv_bytes_per_request": ends[0].kv.full_bytes,
         "measured_b": round(
-            sum(r.usage.kv_bytes for r in results) / sum(r.usage.full_kv_bytes for r in results),
-            4,
+            sum(f.kv.live_bytes for f in ends) / sum(f.kv.full_bytes for f in ends), 4
         ),
+        "rss_peak_bytes": rss,
+        "host_overhead_pct": round(100 * host_s / decode_s, 2) if decode_s else None,
+        "roofline_pct": round(100 * roof_s / decode_s, 2) if decode_s else None,
+        "shed_events": engine.shed_events - sheds,
     }
 
 
-async def bench(
-    model: str,
-    levels: list[int],
-    prompt_tokens: int,
-    new_tokens: int,
-    policy: str,
-    budget: float | None,
-) -> list[dict[str, Any]]:
-    loaded = await anyio.to_thread.run_sync(load_model, model)
-    config = RuntimeConfig(prefill_chunk_tokens=512, max_batch=max(levels))
+def capacity_for(args: argparse.Namespace, costs: Any, prompt_tokens: int) -> int | None:
+    """``--kv-capacity-bytes``, or ``--capacity-full-requests`` K: exactly K Full-KV requests
+    of this prompt size (prompt + new tokens at BF16), or None (the runtime's default)."""
+    if args.kv_capacity_bytes:
+        return args.kv_capacity_bytes
+    if args.capacity_full_requests:
+        per = (prompt_tokens + args.new_tokens) * costs.full_bytes_per_token
+        return args.capacity_full_requests * per
+    return None
+
+
+def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict]:
+    """Every row of the grid, and what every row was measured against."""
+    levels = [int(x) for x in args.concurrency.split(",")]
+    sizes = [int(x) for x in str(args.prompt_tokens).split(",")]
+    rt = Runtime(loaded, config=RuntimeConfig(max_batch=max(levels)))
+    bandwidth, weights = measure_bandwidth(), weight_bytes(loaded.model)
+    warm = make_prompts(rt, 32, 1)
     rows = []
-    async with Runtime.open(loaded, config=config) as rt:
-        await rt.chat([{"role": "user", "content": "warm up"}], max_new_tokens=2)
-        for c in levels:
-            rows.append(await run_level(rt, c, prompt_tokens, new_tokens, policy, budget))
-    return rows
-
-
-def write(rows: list[dict[str, Any]], out: Path, meta: dict[str, Any]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    base = rows[0]["decode_tokens_per_s"] or 1.0
-    lines = [
-        f"# Serving benchmark ({meta['model']}, policy {meta['policy']})",
-        "",
-        f"Command: `{meta['command']}`",
-        "",
-        "| concurrency | decode tok/s (aggregate) | speed-up vs 1 | mean TPOT s | "
-        "mean TTFT s | wall s | measured B |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        tps = r["decode_tokens_per_s"] or 0.0
-        lines.append(
-            f"| {r['concurrency']} | {tps} | {tps / base:.2f}x | {r['mean_tpot_s']} | "
-            f"{r['mean_ttft_s']} | {r['wall_s']} | {r['measured_b']} |"
+    for n in sizes:
+        prompts = make_prompts(rt, n, max(levels))
+        config = RuntimeConfig(
+            prefill_chunk_tokens=args.prefill_chunk_tokens,
+            max_batch=max(levels),
+            kv_capacity_bytes=capacity_for(args, rt.engine.costs, n),
         )
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        engine = Engine(loaded, config)
+        run_level(engine, warm, "full", None, 2, weights=weights, bandwidth=bandwidth)
+        for policy in args.policies.split(","):
+            for c in levels:
+                row = run_level(engine, prompts[:c], policy, args.budget, args.new_tokens,
+                                weights=weights, bandwidth=bandwidth)  # fmt: skip
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    meta = {
+        "model": args.model,
+        "weights_bytes": weights,
+        "bandwidth_bytes_per_s": round(bandwidth),
+        "threads": torch.get_num_threads(),
+        "prefill_chunk_tokens": args.prefill_chunk_tokens,
+    }
+    return rows, meta
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
+    p.add_argument("--policies", default="full,pask,snapkv", help="comma-separated names")
+    p.add_argument("--budget", type=float, default=0.33, help="KV budget B for every policy")
     p.add_argument("--concurrency", default="1,4,8")
-    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--prompt-tokens", default="512", help="comma-separated prompt sizes")
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--policy", default="full")
-    p.add_argument("--budget", type=float, default=None)
+    p.add_argument("--kv-capacity-bytes", type=int, default=None)
+    p.add_argument(
+        "--capacity-full-requests",
+        type=int,
+        default=None,
+        help="capacity that holds exactly K Full-KV requests of each prompt size",
+    )
+    p.add_argument("--prefill-chunk-tokens", type=int, default=512)
+    p.add_argument("--note", default="", help="a line for the Markdown report")
     p.add_argument("--out", default="results/bench")
+    p.add_argument(
+        "--append", action="store_true", help="add this run's rows to the files at --out"
+    )
 
 
 def main_from_args(args: argparse.Namespace, command: str) -> int:
-    levels = [int(x) for x in args.concurrency.split(",")]
-    rows = anyio.run(
-        bench, args.model, levels, args.prompt_tokens, args.new_tokens, args.policy, args.budget
-    )
-    meta = {
-        "model": args.model,
-        "policy": args.policy,
-        "budget": args.budget,
-        "prompt_tokens": args.prompt_tokens,
-        "new_tokens": args.new_tokens,
-        "command": command,
-    }
-    write(rows, Path(args.out), meta)
+    from pask_agent.eval.bench_report import write
+
+    loaded = load_model(args.model)
+    rows, meta = bench(loaded, args)
+    meta = {**provenance(), **meta, "command": command, "note": args.note}
+    write(rows, Path(args.out), meta, append=args.append)
     print(Path(args.out).with_suffix(".md").read_text())
     return 0

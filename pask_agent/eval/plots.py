@@ -44,3 +44,36 @@ def plot_accuracy_vs_budget(points: Sequence[BudgetPoint], path: Path, *, title:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_bench(rows: Sequence[dict], path: Path, *, title: str) -> Path:
+    """Write a PNG of the serving benchmark: aggregate decode tok/s and peak KV MiB against
+    concurrency, one line per policy and prompt size (``eval/bench.py`` rows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, memory) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        key = (r["policy"], r["prompt_tokens"], r.get("kv_capacity_bytes"))
+        lines.setdefault(key, []).append(r)
+    for (policy, prompt, _), rs in lines.items():
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        xs = [r["concurrency"] for r in rs]
+        label = f"{policy}, {prompt} tok"
+        speed.plot(xs, [r["decode_tok_s"] or 0 for r in rs], marker="o", label=label)
+        memory.plot(xs, [r["peak_kv_bytes"] / 2**20 for r in rs], marker="o", label=label)
+    speed.set_ylabel("aggregate decode tok/s")
+    memory.set_ylabel("peak KV payload (MiB)")
+    for ax in (speed, memory):
+        ax.set_xlabel("requests queued at once (concurrency)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,93 @@
+"""The serving benchmark's files: JSON rows, a Markdown table and a PNG (``eval/bench.py``).
+
+Several runs (different capacities, prompt sizes) can share one set of files (``--append``):
+the JSON keeps every run's provenance under ``runs`` and tags each row with its ``run``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pask_agent.eval.plots import plot_bench
+
+COLUMNS = (
+    ("run", "run"),
+    ("policy", "policy"),
+    ("prompt_tokens", "prompt"),
+    ("concurrency", "c"),
+    ("kv_capacity_mib", "capacity MiB"),
+    ("admitted_max", "admitted at once"),
+    ("fits_at_once", "fits at once"),
+    ("decode_tok_s", "decode tok/s"),
+    ("e2e_tok_s", "end-to-end tok/s"),
+    ("tpot_s", "TPOT s"),
+    ("ttft_s", "TTFT s"),
+    ("measured_b", "measured B"),
+    ("peak_kv_mib", "peak KV MiB"),
+    ("allocated_kv_mib", "allocated KV MiB"),
+    ("rss_peak_mib", "peak RSS MiB"),
+    ("host_overhead_pct", "host overhead %"),
+    ("roofline_pct", "roofline %"),
+)
+
+
+def _mib(n: int | None) -> str:
+    return "" if n is None else f"{n / 2**20:.1f}"
+
+
+def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
+    lines = [f"# Serving benchmark ({runs[0].get('model', '?')})", ""]
+    for i, meta in enumerate(runs):
+        lines += [
+            f"Run {i}: `{meta['command']}`",
+            "",
+            f"- commit `{meta['git_commit']}`; machine: {meta['machine']}; torch threads "
+            f"{meta['threads']}; prefill chunk {meta['prefill_chunk_tokens']} tokens",
+            f"- measured memory bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; model "
+            f"weights {meta['weights_bytes'] / 1e9:.3f} GB (read by every decode step)",
+        ]
+        if meta.get("note"):
+            lines.append(f"- {meta['note']}")
+        lines.append("")
+    lines += [
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    for r in rows:
+        cells = {
+            **r,
+            "kv_capacity_mib": _mib(r["kv_capacity_bytes"]),
+            "peak_kv_mib": _mib(r["peak_kv_bytes"]),
+            "allocated_kv_mib": _mib(r["allocated_kv_bytes"]),
+            "rss_peak_mib": _mib(r["rss_peak_bytes"]),
+        }
+        lines.append("| " + " | ".join(str(cells[k]) for k, _ in COLUMNS) + " |")
+    lines += [
+        "",
+        "Decode tok/s: tokens sampled in decode steps (every running request feeds one token) "
+        "over those steps' time, summed over requests. End-to-end: all generated tokens over "
+        "the wall time, prefill included. Admitted at once: the most requests running "
+        "together; fits at once: how many of these requests the capacity admits at once. "
+        "Host overhead: a decode step's time outside the model forward. Roofline: (weights + "
+        "retained KV payload) / measured bandwidth, over the decode step's time. Peak KV: the "
+        "store's live payload high-water mark inside the steps; allocated: the preallocated "
+        "pools; RSS: the process, sampled after each step.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write(
+    rows: list[dict[str, Any]], out: Path, meta: dict[str, Any], *, append: bool = False
+) -> None:
+    """``out``.json (runs + rows), ``out``.md and ``out``.png; with ``append``, after the
+    runs already in ``out``.json."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = out.with_suffix(".json")
+    old = json.loads(path.read_text()) if append and path.exists() else {"runs": [], "rows": []}
+    runs = [*old["runs"], meta]
+    rows = [*old["rows"], *({**r, "run": len(runs) - 1} for r in rows)]
+    path.write_text(json.dumps({"runs": runs, "rows": rows}, indent=1))
+    out.with_suffix(".md").write_text(markdown(rows, runs))
+    plot_bench(rows, out.with_suffix(".png"), title=f"pask-agent bench ({meta.get('model')})")

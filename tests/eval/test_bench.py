@@ -1,0 +1,74 @@
+"""``pask-agent bench`` on SmolLM2 at tiny sizes: every row carries the fields the README's
+numbers come from, PASK's store peak is below Full KV's, a fixed capacity admits more PASK
+requests at once than Full-KV ones, and the files name their command, commit and machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from pask_agent.eval.bench import add_arguments, bench
+from pask_agent.eval.bench_report import write
+from pask_agent.eval.provenance import provenance
+
+FIELDS = {
+    "policy", "concurrency", "prompt_tokens", "decode_tok_s", "tpot_s", "ttft_s",
+    "peak_kv_bytes", "allocated_kv_bytes", "rss_peak_bytes", "admitted_max",
+    "host_overhead_pct", "roofline_pct", "measured_b", "e2e_tok_s",
+}  # fmt: skip
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(["--model", "smollm2-135m", "--new-tokens", "4", *argv])
+
+
+def test_bench_rows_compare_policies(smollm2, tmp_path: Path) -> None:
+    args = _args("--policies", "full,pask,snapkv", "--concurrency", "1,2", "--prompt-tokens", "160")
+    rows, meta = bench(smollm2, args)
+    assert [(r["policy"], r["concurrency"]) for r in rows] == [
+        (p, c) for p in ("full", "pask", "snapkv") for c in (1, 2)
+    ]
+    for r in rows:
+        assert FIELDS <= set(r), FIELDS - set(r)
+        assert r["prompt_tokens"] == 160 and r["admitted_max"] == r["concurrency"]
+        assert r["fits_at_once"] > r["concurrency"]  # the default capacity: room to spare
+        assert r["decode_tok_s"] > 0 and 0 < r["roofline_pct"] and 0 <= r["host_overhead_pct"] < 100
+        assert 0 < r["peak_kv_bytes"] <= r["allocated_kv_bytes"] < r["rss_peak_bytes"]
+        assert r["shed_events"] == 0
+    peak = {(r["policy"], r["concurrency"]): r["peak_kv_bytes"] for r in rows}
+    for c in (1, 2):
+        assert peak["pask", c] < peak["full", c]  # the plan runs as the prompt is written
+    full = next(r for r in rows if r["policy"] == "full")
+    assert full["measured_b"] == 1.0 and full["peak_kv_bytes"] == full["full_kv_bytes_per_request"]
+
+    meta = {**provenance(["pask-agent", "bench"]), **meta, "command": "pask-agent bench"}
+    write(rows, tmp_path / "bench", meta)
+    write(rows[:1], tmp_path / "bench", {**meta, "command": "again"}, append=True)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert [r["run"] for r in saved["rows"]] == [0] * len(rows) + [1]
+    assert saved["rows"][: len(rows)] == [{**r, "run": 0} for r in rows]
+    assert all(m["git_commit"] and m["machine"] for m in saved["runs"])
+    text = (tmp_path / "bench.md").read_text()
+    assert "Run 0: `pask-agent bench`" in text and "Run 1: `again`" in text
+    assert "| 0 | pask | 160 | 2 |" in text
+    assert (tmp_path / "bench.png").stat().st_size > 0
+
+
+def test_fixed_capacity_admits_more_pask_requests(smollm2) -> None:
+    # a capacity that holds exactly one Full-KV request of 160 + 4 tokens
+    args = _args(
+        "--policies", "full,pask", "--concurrency", "3", "--prompt-tokens", "160",
+        "--capacity-full-requests", "1",
+    )  # fmt: skip
+    rows, _ = bench(smollm2, args)
+    full, pask = rows
+    assert full["admitted_max"] == full["fits_at_once"] == 1
+    assert pask["admitted_max"] == min(3, pask["fits_at_once"]) >= 2
+    # the last sampled token is never written: 163 tokens held of the 164 reserved
+    per_token = full["full_kv_bytes_per_request"] // 163
+    assert full["kv_capacity_bytes"] == full["allocated_kv_bytes"] == 164 * per_token
+    assert full["peak_kv_bytes"] <= full["kv_capacity_bytes"]
+    assert pask["peak_kv_bytes"] <= pask["kv_capacity_bytes"]
