@@ -4,6 +4,14 @@ Templates that know tools (Qwen2.5) get ``tools=[spec.to_openai(), ...]``. Templ
 them (SmolLM2) would silently drop the tools, so we then put the tool list into the system
 message ourselves, serialized the way Qwen's template does (one ``json.dumps`` line per tool
 inside ``<tools></tools>``); the span labeller finds tools the same way in both cases.
+
+Calls earlier assistant turns made are written back the way the grammar made the model write
+them (``tool_grammar``: the turn's text, then on a line of their own one bare call or an array
+of calls), not in the template's ``<tool_call>`` markup. A history in another format than the
+answer's teaches the model that format: with Qwen's markup in the history, the default model
+answered "I will call X." and stopped, because ``<tool_call>`` is a special token the grammar
+masks. Written back as generated, a conversation's next prompt also starts with the very
+tokens the store already holds, so the turn reuses them with the actions PASK gave them.
 """
 
 from __future__ import annotations
@@ -81,6 +89,35 @@ def _apply(
     return text
 
 
+def _calls_as_output(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message with ``tool_calls`` as the grammar's output text (see the module
+    doc); other messages unchanged."""
+    calls = message.get("tool_calls")
+    if message.get("role") != "assistant" or not calls:
+        return message
+    rendered = []
+    for i, call in enumerate(calls):
+        fn = call.get("function", call) if isinstance(call, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        args = fn.get("arguments", {}) if isinstance(fn, Mapping) else None
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"tool call {i}: arguments are not JSON ({exc})") from exc
+        if not isinstance(name, str) or not isinstance(args, Mapping):
+            raise ConfigError(
+                f"tool call {i} needs a function name and an arguments object, got {call!r}"
+            )
+        rendered.append({"name": name, "arguments": dict(args)})
+    payload: Any = rendered[0] if len(rendered) == 1 else rendered
+    text = json.dumps(payload, ensure_ascii=False)
+    content = message.get("content") or ""
+    out = {k: v for k, v in message.items() if k != "tool_calls"}
+    out["content"] = f"{content}\n{text}" if content else text
+    return out
+
+
 def _check_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     if isinstance(messages, str | bytes) or not messages:
         raise ConfigError("messages must be a non-empty list of {'role', 'content'} dicts")
@@ -91,5 +128,5 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
         content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise ConfigError(f"message {i} content must be text")
-        out.append({**message, "content": content or ""})
+        out.append(_calls_as_output({**message, "content": content or ""}))
     return out

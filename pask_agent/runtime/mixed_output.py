@@ -21,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A line starting with one of these is a call (the grammar's ``CALL_OPENERS``).
-CALL_OPENERS = ("{", "[")
+from pask_agent.grammars.json.nodes import CALL_OPENERS as _OPENERS
+
+# A line starting with one of these is a call (the grammar's own ``CALL_OPENERS``).
+CALL_OPENERS = tuple(_OPENERS)
 
 
 def call_start(text: str, *, since: int = 0) -> int | None:
