@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -105,8 +106,8 @@ def conversations(split: str, count: int, turns: int) -> list[Conversation]:
     if turns < 2 or count < 1:
         raise ConfigError(f"need turns >= 2 and conversations >= 1, got {turns} and {count}")
     by_cat = [list(cases_in(split, per_category=None, categories=(c,))) for c in CATEGORIES]
-    pool = [c for pair in zip(*by_cat, strict=False) for c in pair]
-    pool = [c for c in pool if len(c.ground_truth) == 1]
+    mixed = [c for pair in zip_longest(*by_cat) for c in pair if c is not None]
+    pool = [c for c in mixed if len(c.ground_truth) == 1]
     if len(pool) < count * turns:
         raise ConfigError(
             f"{count} conversations of {turns} turns need {count * turns} cases; the {split!r} "
