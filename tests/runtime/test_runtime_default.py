@@ -100,3 +100,44 @@ def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
             assert rt.engine.store.live_bytes() == 0
 
     anyio.run(main)
+
+
+def test_a_call_turn_is_reused_whole_by_the_next_turn(default_model) -> None:
+    """The history writes an earlier call back as the model generated it (not in the chat
+    template's <tool_call> markup), so the next turn of the conversation reuses every token of
+    the call turn: the prompt, and the call with the KV actions PASK gave it."""
+    weather = {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    }
+
+    async def main() -> None:
+        async with Runtime.open(default_model) as rt:
+            conv = rt.conversation("weather")
+            messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+            first = await rt.chat(
+                messages, tools=[weather], tool_choice="required", parallel_tool_calls=False,
+                max_new_tokens=40, conversation=conv, policy="pask", budget=0.33,
+            )  # fmt: skip
+            assert first.tool_calls and first.tool_calls[0].name == "get_weather"
+            in_store = conv.tokens_in_store
+            call = first.tool_calls[0]
+            messages = [
+                *messages,
+                first.message,
+                {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 21}'},
+            ]
+            second = await rt.chat(
+                messages, tools=[weather], tool_choice="auto", parallel_tool_calls=False,
+                max_new_tokens=24, conversation=conv, policy="pask", budget=0.33,
+            )  # fmt: skip
+            reused = second.usage.prompt_tokens - second.usage.prefilled_tokens
+            assert in_store - 2 <= reused <= in_store, (in_store, reused)
+            assert reused >= first.usage.prompt_tokens + first.usage.completion_tokens - 2
+
+    anyio.run(main)
