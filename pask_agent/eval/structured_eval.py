@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,11 +49,10 @@ from pask_agent.eval.paired import paired_table
 from pask_agent.eval.plots import plot_accuracy_vs_budget
 from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
+from pask_agent.eval.tag_buckets import BucketSummary, bucket_summary, bucket_table, buckets_of
 from pask_agent.grammars.tool_spec import ToolSpec
 
 CATEGORIES: tuple[str, ...] = ("simple_python", "multiple")
-# Usage.tag_counts keys that are not structural buckets.
-_NOT_BUCKETS = frozenset({"tagger_fallback", "untagged"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +117,7 @@ class StructuredResult:
     @property
     def buckets(self) -> int:
         """Structural buckets the generated tokens spread over."""
-        return sum(1 for k, n in self.tag_counts.items() if n and k not in _NOT_BUCKETS)
+        return buckets_of(self.tag_counts)
 
     def row(self) -> dict[str, Any]:
         return {**asdict(self.result), "tag_counts": self.tag_counts, "buckets": self.buckets}
@@ -193,87 +191,24 @@ async def _run_task(
     return StructuredResult(result, dict(u.tag_counts))
 
 
-@dataclass(frozen=True, slots=True)
-class BucketSummary:
-    """How one configuration's generated tokens spread over structural buckets."""
-
-    policy: str
-    budget: float
-    answered: int  # cases with a usage record (the call returned)
-    errors: int  # cases whose call raised (cut answer, refused request)
-    mean_buckets: float  # per answered case
-    min_buckets: int
-    max_buckets: int
-    cases_with_4_or_more: int
-    tagger_fallbacks: int  # over all answered cases; must be 0
-    untagged: int  # generated tokens outside any structural bucket
-    tokens_per_bucket: dict[str, int]  # summed over answered cases
-
-
-def bucket_summary(results: Sequence[StructuredResult]) -> BucketSummary:
-    """Aggregate one configuration's bucket counts.
-
-    Raises
-    ------
-    ConfigError
-        No results, or results from more than one configuration.
-    """
-    if not results:
-        raise ConfigError("nothing to summarize: no case results")
-    configs = {(r.result.policy, r.result.budget) for r in results}
-    if len(configs) != 1:
-        raise ConfigError(f"results mix configurations {sorted(configs)}; summarize each alone")
-    answered = [r for r in results if r.result.valid_call]
-    counts = [r.buckets for r in answered]
-    total: Counter[str] = Counter()
-    for r in answered:
-        total.update(r.tag_counts)
-    return BucketSummary(
-        policy=results[0].result.policy,
-        budget=results[0].result.budget,
-        answered=len(answered),
-        errors=len(results) - len(answered),
-        mean_buckets=sum(counts) / len(counts) if counts else 0.0,
-        min_buckets=min(counts, default=0),
-        max_buckets=max(counts, default=0),
-        cases_with_4_or_more=sum(1 for n in counts if n >= 4),
-        tagger_fallbacks=total.get("tagger_fallback", 0),
-        untagged=total.get("untagged", 0),
-        tokens_per_bucket={k: n for k, n in total.most_common() if k not in _NOT_BUCKETS},
-    )
-
-
-def bucket_table(buckets: Sequence[BucketSummary]) -> str:
-    """Markdown: buckets per case, tagger fallbacks and errors per configuration."""
-    lines = [
-        "| policy | target B | answered | errors | buckets per case (mean, min–max) | "
-        "cases with ≥ 4 buckets | distinct buckets | tagger fallbacks | untagged tokens |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for b in buckets:
-        lines.append(
-            f"| {b.policy} | {b.budget:.2f} | {b.answered} | {b.errors} | "
-            f"{b.mean_buckets:.2f} ({b.min_buckets}–{b.max_buckets}) | "
-            f"{b.cases_with_4_or_more} | {len(b.tokens_per_bucket)} | {b.tagger_fallbacks} | "
-            f"{b.untagged} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def write_results(
     out: Path,
     results: Sequence[StructuredResult],
     summaries: Sequence[ConfigSummary],
     buckets: Sequence[BucketSummary],
     note: str,
+    run: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``."""
+    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``.
+
+    ``run`` is the provenance taken when the run started (default: now); taken later, the
+    commit could be one that others made while the run was going."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(r.row(), ensure_ascii=False) + "\n")
     paired = paired_against_full([r.result for r in results])
-    run = provenance()
+    run = run or provenance()
     out.with_suffix(".json").write_text(
         json.dumps(
             {
@@ -340,11 +275,13 @@ async def evaluate(
         "as structured outputs: schema = the gold function's normalized parameters, prompt = "
         "the question + one line naming the function and its description (+ Runtime.call's "
         f"field list). Model {model_name!r}, greedy, max_new_tokens={max_new_tokens}; the "
-        "answer is scored by BFCL's AST checker as a call of that function. measured B = "
+        "answer is scored by BFCL's AST checker as a call of that function; 'valid calls' = "
+        "Runtime.call returned an answer that validates against the schema. measured B = "
         "Σ live KV bytes / Σ Full-KV bytes at the end of each request (prompt + generated, "
         "INT4 scales included); B_P / B_D split it over prompt and generated tokens. Buckets: "
         "usage.tag_counts keys other than untagged/tagger_fallback."
     )
+    run = provenance()
     config = RuntimeConfig(max_batch=max(16, len(tasks)))
     results: list[StructuredResult] = []
     summaries: list[ConfigSummary] = []
@@ -358,8 +295,9 @@ async def evaluate(
             summary = summarize([r.result for r in batch], time.perf_counter() - start)
             results += batch
             summaries.append(summary)
-            buckets.append(bucket_summary(batch))
-            write_results(out, results, summaries, buckets, note)
+            counts = [r.tag_counts if r.result.valid_call else None for r in batch]
+            buckets.append(bucket_summary(label, b, counts))
+            write_results(out, results, summaries, buckets, note, run)
             spread = buckets[-1]
             log(
                 f"{label} B={b:.2f}: acc {summary.overall:.3f} measured B "

@@ -12,16 +12,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import ground_truth_calls
 from pask_agent.eval.bfcl_eval import CaseResult
 from pask_agent.eval.structured_eval import (
     StructuredResult,
-    bucket_summary,
     check_arguments,
     evaluate,
     structured_tasks,
 )
+from pask_agent.eval.tag_buckets import bucket_summary, bucket_table
 from pask_agent.grammars.tool_spec import ToolSpec
 from pask_agent.policy.pask import PaskPolicy
 
@@ -54,23 +53,18 @@ def test_checker_passes_the_ground_truth_and_fails_a_wrong_answer() -> None:
 
 
 def test_bucket_summary_counts_buckets_and_fallbacks() -> None:
-    def row(i: int, tags: dict[str, int], ok: bool = True) -> StructuredResult:
-        case = CaseResult(f"c{i}", "multiple", "pask", 0.33, ok, ok, (), "", "stop",
-                          10, sum(tags.values()), 30, 100, 0.3)  # fmt: skip
-        return StructuredResult(case, tags)
-
-    s = bucket_summary([
-        row(0, {"a": 3, "b": 1, "c": 1, "d": 2}),
-        row(1, {"a": 2, "tagger_fallback": 1, "untagged": 4}),
-        row(2, {}, ok=False),
+    s = bucket_summary("pask", 0.33, [
+        {"a": 3, "b": 1, "c": 1, "d": 2},
+        {"a": 2, "e": 0, "tagger_fallback": 1, "untagged": 4},
+        None,  # the request raised
     ])  # fmt: skip
     assert (s.answered, s.errors, s.min_buckets, s.max_buckets) == (2, 1, 1, 4)
     assert s.mean_buckets == pytest.approx(2.5)
     assert (s.cases_with_4_or_more, s.tagger_fallbacks, s.untagged) == (1, 1, 4)
     assert s.tokens_per_bucket == {"a": 5, "d": 2, "b": 1, "c": 1}
-    other = CaseResult("c1", "multiple", "full", 1.0, True, True, (), "", "stop", 1, 1, 1, 1, 1.0)
-    with pytest.raises(ConfigError, match="mix"):
-        bucket_summary([row(0, {}), StructuredResult(other)])
+    assert "| pask | 0.33 | 2 | 1 | 2.50 (1–4) | 1 | 4 | 1 | 4 |" in bucket_table([s])
+    case = CaseResult("c", "multiple", "pask", 0.33, True, True, (), "", "stop", 1, 2, 1, 1, 1.0)
+    assert StructuredResult(case, {"a": 1, "untagged": 1}).row()["buckets"] == 1
 
 
 def test_smollm2_run_writes_files_that_rescore(smollm2, tmp_path: Path) -> None:
