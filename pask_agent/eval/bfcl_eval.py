@@ -276,20 +276,35 @@ def paired_against_full(results: Sequence[CaseResult]) -> list[tuple[str, Paired
 
 
 def write_results(
-    out: Path, results: Sequence[CaseResult], summaries: Sequence[ConfigSummary], note: str
+    out: Path,
+    results: Sequence[CaseResult],
+    summaries: Sequence[ConfigSummary],
+    note: str,
+    *,
+    title: str = "BFCL non-live: accuracy and measured KV budget",
+    rows: Sequence[dict[str, Any]] | None = None,
+    extra_json: dict[str, Any] | None = None,
+    extra_markdown: str = "",
+    run: dict[str, Any] | None = None,
 ) -> None:
-    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``."""
+    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``.
+
+    ``rows`` replaces the JSONL rows (default: the results); ``extra_json`` and
+    ``extra_markdown`` add sections another eval reports; ``run`` is the provenance taken when
+    the run started (default: now; taken later, the commit could be one others made since)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
-        for r in results:
-            f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
+        for row in rows if rows is not None else [asdict(r) for r in results]:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
     paired = paired_against_full(results)
+    run = run or provenance()
     out.with_suffix(".json").write_text(
         json.dumps(
             {
                 "note": note,
-                **provenance(),
+                **run,
                 "summaries": [asdict(s) for s in summaries],
+                **(extra_json or {}),
                 "paired_vs_full": {name: asdict(c) for name, c in paired},
             },
             indent=2,
@@ -297,12 +312,10 @@ def write_results(
         + "\n",
         encoding="utf-8",
     )
-    title = "BFCL non-live: accuracy and measured KV budget"
-    table = markdown_table(summaries, title=title)
+    table = markdown_table(summaries, title=title) + extra_markdown
     if paired:
         table += "\n## Against Full KV on the same cases (paired)\n\n" + paired_table(paired)
     image = plot_accuracy_vs_budget(summaries, out.with_suffix(".png"), title=title)
-    run = provenance()
     out.with_suffix(".md").write_text(
         f"{table}\n![accuracy vs measured B]({image.name})\n\n{note}\n\n"
         f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}.\n",

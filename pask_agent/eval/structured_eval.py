@@ -38,15 +38,8 @@ import anyio
 
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result
-from pask_agent.eval.bfcl_eval import (
-    CaseResult,
-    ConfigSummary,
-    markdown_table,
-    paired_against_full,
-    summarize,
-)
-from pask_agent.eval.paired import paired_table
-from pask_agent.eval.plots import plot_accuracy_vs_budget
+from pask_agent.eval.bfcl_eval import CaseResult, ConfigSummary, summarize
+from pask_agent.eval.bfcl_eval import write_results as bfcl_write_results
 from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
 from pask_agent.eval.tag_buckets import BucketSummary, bucket_summary, bucket_table, buckets_of
@@ -203,36 +196,17 @@ def write_results(
 
     ``run`` is the provenance taken when the run started (default: now); taken later, the
     commit could be one that others made while the run was going."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
-        for r in results:
-            f.write(json.dumps(r.row(), ensure_ascii=False) + "\n")
-    paired = paired_against_full([r.result for r in results])
-    run = run or provenance()
-    out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "note": note,
-                **run,
-                "summaries": [asdict(s) for s in summaries],
-                "buckets": [asdict(b) for b in buckets],
-                "paired_vs_full": {name: asdict(c) for name, c in paired},
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    title = "BFCL as structured outputs (runtime.call): accuracy and measured KV budget"
-    text = markdown_table(summaries, title=title)
-    text += "\n## Structural buckets of the generated tokens\n\n" + bucket_table(buckets)
-    if paired:
-        text += "\n## Against Full KV on the same cases (paired)\n\n" + paired_table(paired)
-    image = plot_accuracy_vs_budget(summaries, out.with_suffix(".png"), title="BFCL structured")
-    out.with_suffix(".md").write_text(
-        f"{text}\n![accuracy vs measured B]({image.name})\n\n{note}\n\n"
-        f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}.\n",
-        encoding="utf-8",
+    bfcl_write_results(
+        out,
+        [r.result for r in results],
+        summaries,
+        note,
+        title="BFCL as structured outputs (runtime.call): accuracy and measured KV budget",
+        rows=[r.row() for r in results],
+        extra_json={"buckets": [asdict(b) for b in buckets]},
+        extra_markdown="\n## Structural buckets of the generated tokens\n\n"
+        + bucket_table(buckets),
+        run=run,
     )
 
 
