@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ def add_parser(sub: Any) -> None:
         choices=["auto", "required", "any"],
         help="the grammar mode the tags assume (auto: the first token decides call vs text)",
     )
+    p.add_argument(
+        "--mixed",
+        action="store_true",
+        help="answer as a mixed turn, the way the default model does under auto in agent "
+        "conversations: 'I will call <name>.' then the calls on their own line",
+    )
     p.set_defaults(func=run)
 
 
@@ -39,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from pask_agent.grammars.census import write_census
 
     census = bfcl_census(
-        args.model, categories=args.categories, limit=args.limit, tool_choice=args.tool_choice
-    )
+        args.model, categories=args.categories, limit=args.limit, tool_choice=args.tool_choice,
+        mixed=args.mixed,
+    )  # fmt: skip
     json_path, md_path = write_census(census, args.out)
     print(
         f"{census.cases} cases, {census.tokens} tokens, {census.distinct_buckets} distinct "
@@ -56,8 +64,13 @@ def bfcl_census(
     categories: Sequence[str] = NON_LIVE_CATEGORIES,
     limit: int | None = None,
     tool_choice: str = "auto",
+    mixed: bool = False,
 ) -> TagCensus:
     """The census over BFCL categories for a bundled model (tokenizer and config only).
+
+    ``mixed``: each answer is a mixed turn, prose before the calls (``I will call <name>.``
+    then the reference calls on a line of their own; ``tool_choice`` must be auto), so the
+    census covers the ``text`` class as well.
 
     Lives here, not in ``grammars``: it joins the BFCL loader (``eval``), the model files
     (``runtime``) and the layer grouping (``policy``), which the census itself must not import.
@@ -70,10 +83,20 @@ def bfcl_census(
     config = json.loads((resolve_model_dir(model) / "config.json").read_text(encoding="utf-8"))
     groups = LayerGroups.for_layers(int(config["num_hidden_layers"]))
     cases = [case for category in categories for case in load_bfcl(category, limit=limit)]
+
+    def answer(case: Any) -> str:
+        calls = ground_truth_text(case)
+        if not mixed:
+            return calls
+        names = " and ".join(dict.fromkeys(next(iter(g)) for g in case.ground_truth))
+        return f"I will call {names}.\n{calls}"
+
+    if mixed and tool_choice != "auto":
+        raise ConfigError("--mixed answers mix prose and calls, which only tool_choice auto allows")
     return tag_census(
         load_tokenizer(model),
         cases,
-        answer_text=ground_truth_text,
+        answer_text=answer,
         model=model,
         layer_ranges=[groups.layers_of(g) for g in range(groups.count)],
         tool_choice=tool_choice,

@@ -125,6 +125,22 @@ def test_census_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert f"{payload['distinct_buckets']} distinct buckets" in capsys.readouterr().out
 
 
+def test_census_of_mixed_turns_covers_prose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "mixed.json"
+    argv = ["census", "--model", "smollm2-135m", "--limit", "2", "--mixed", "--out", str(out)]
+    assert main(argv) == 0
+    buckets = dict(json.loads(out.read_text())["buckets"])
+    prose = {k: n for k, n in buckets.items() if k.startswith("text/")}
+    assert any("/text_body/" in k for k in prose) and any("/text_boundary/" in k for k in prose)
+    # the newline after the prose looks ahead to the call that turns the turn into calls
+    assert prose.get("text/text_boundary/boundary/lookahead_critical", 0) >= 8
+    capsys.readouterr()
+    assert main([*argv[:-2], "--tool-choice", "required", "--out", str(out)]) != 0
+    assert "only tool_choice auto allows" in capsys.readouterr().err
+
+
 TOOLS = [
     {
         "name": "get_weather",
