@@ -1,6 +1,6 @@
 """Recipe: LangChain's own agent (``create_agent``) on the local default model, over three turns.
 
-    python recipes/langchain_agent.py
+    python recipes/langchain_agent.py [--out results/langchain_agent]
 
 ``PaskChatModel`` goes into ``langchain.agents.create_agent`` unchanged, with three real Python
 tools and an ``InMemorySaver`` checkpointer. The three questions are three turns of one thread
@@ -8,12 +8,16 @@ tools and an ``InMemorySaver`` checkpointer. The three questions are three turns
 thread to one runtime conversation, so every step prefills only what is new (``reused`` below)
 and one PASK budget ledger spans the whole thread (``B`` below is measured, not configured).
 Deleting the thread from the checkpointer, or leaving it idle for ``idle_timeout_s``, frees its
-KV.
+KV. ``--out`` writes every assistant step (prompt tokens, reused, measured B, calls) as JSON and
+Markdown with the command, commit and machine.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 from langchain.agents import create_agent
@@ -28,6 +32,7 @@ QUESTIONS = (
     "What is 21.5 degrees Celsius in Fahrenheit?",
     "How many words are in the sentence 'the quick brown fox jumps over the lazy dog'?",
 )
+BUDGET = 0.33  # PASK's KV budget B for the whole thread
 SYSTEM = (
     "You are a careful assistant. For every question, call the matching tool first, then "
     "answer from its result."
@@ -69,13 +74,13 @@ TOOLS = [days_between, word_count, celsius_to_fahrenheit]
 
 
 def build_agent(
-    *, policy: str = "pask", budget: float | None = 0.5, max_tokens: int = 64
+    *, policy: str = "pask", budget: float | None = BUDGET, max_tokens: int = 64
 ) -> tuple[Any, InMemorySaver]:
     """The agent graph and its checkpointer (delete a thread there to free its KV).
 
-    B = 0.5 because at 0.33 the default model stopped calling tools after the first turn here
-    (turns 2 and 3 answered from memory, wrongly); at 0.5 and at Full KV turns 1 and 2 call
-    their tools, and turn 3 is answered in prose under every budget tried.
+    At B = 0.33 every turn calls its tool on the default model. (It did not before the history
+    was written back as the model wrote it: with the template's <tool_call> markup in the
+    history the model stopped calling tools after the first turn.)
     """
     model = PaskChatModel(policy=policy, budget=budget, max_tokens=max_tokens)
     saver = InMemorySaver()
@@ -113,7 +118,48 @@ def _show(message: BaseMessage) -> None:
     )
 
 
+def write_steps(out: Path, turns: list[list[BaseMessage]], budget: float | None) -> None:
+    """Each assistant step of each turn as a row of ``<out>.json`` and ``<out>.md``."""
+    from pask_agent.eval.provenance import provenance
+
+    rows = []
+    for t, turn in enumerate(turns, 1):
+        for message in (m for m in turn if isinstance(m, AIMessage)):
+            usage = message.usage_metadata or {}
+            rows.append(
+                {
+                    "turn": t,
+                    "prompt_tokens": usage.get("input_tokens"),
+                    "reused": usage.get("input_token_details", {}).get("cache_read", 0),
+                    "measured_b": message.response_metadata.get("kv", {}).get("measured_b"),
+                    "said": [c["name"] for c in message.tool_calls] or message.text,
+                }
+            )
+    run = provenance()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    body = {"budget": budget, **run, "steps": rows}
+    out.with_suffix(".json").write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    lines = [
+        f"# LangChain create_agent recipe: one thread, PASK at B = {budget}\n",
+        "| turn | prompt tokens | reused | measured B | said |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {r['turn']} | {r['prompt_tokens']} | {r['reused']} | {r['measured_b']:.3f} | "
+            f"{r['said']} |"
+            for r in rows
+        ),
+        "",
+        f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}.",
+    ]
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="create_agent on the default model, 3 turns")
+    parser.add_argument("--out", type=Path, help="write the steps to <out>.json and <out>.md")
+    args = parser.parse_args()
     graph, checkpointer = build_agent()
-    run_turns(graph)
+    done = run_turns(graph)
+    if args.out:
+        write_steps(args.out, done, BUDGET)
     checkpointer.delete_thread("recipe")  # its runtime conversation is freed within a second

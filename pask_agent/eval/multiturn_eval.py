@@ -230,12 +230,16 @@ def paired(results: Sequence[TurnResult]) -> list[tuple[str, Any]]:
     return rows
 
 
-def write(out: Path, results: Sequence[TurnResult], note: str) -> None:
+def write(
+    out: Path, results: Sequence[TurnResult], note: str, run: dict[str, Any] | None = None
+) -> None:
+    """Write ``<out>.jsonl``, ``.json`` and ``.md``; ``run`` is the provenance taken when the
+    run started (taken later, the commit could be one others made while it ran)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
         for r in results:
             f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
-    run = provenance()
+    run = run or provenance()
     summary, tags, pairs = summarize(results), census(results), paired(results)
     out.with_suffix(".json").write_text(
         json.dumps(
@@ -321,12 +325,13 @@ async def evaluate(
         "answer at the end of the turn; official BFCL AST checker on the last case."
     )
     results: list[TurnResult] = []
+    run = provenance()
     async with Runtime.open(model, config=RuntimeConfig(max_batch=16)) as rt:
         for config in configs:
             start = time.perf_counter()
             batch = await run_config(rt, convs, config, budget, max_new_tokens, pask)
             results += batch
-            write(out, results, note)
+            write(out, results, note, run)
             s = summarize(batch)[config]
             log(
                 f"{config}: acc {s['accuracy']:.3f} mean B {s['mean_b']:.3f} max B "

@@ -38,6 +38,7 @@ from pask_agent.runtime.admission import (
     rows_bytes,
 )
 from pask_agent.runtime.constraint import tag_key
+from pask_agent.runtime.history_plan import history_demotions
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
 from pask_agent.runtime.logit_masks import LogitMasks
@@ -229,6 +230,9 @@ class Engine:
         self.store.truncate(st.seq_id, keep)
         st.ids_in_store = st.ids_in_store[:keep]
         r.prefill_pos = r.reused = keep
+        if keep and r.labels is not None and r.policy.needs_labels:  # history_plan.py
+            for d in history_demotions(self.store, st.seq_id, st.session, r.labels, keep):
+                self.store.demote(st.seq_id, d.group, d.positions, d.action)
         if r.plan is None or r.plan_keep != keep:
             self._reserve_for(r)
         self.store.schedule_many(st.seq_id, keep, r.plan or [])
