@@ -56,13 +56,12 @@ def plot_bench(rows: Sequence[dict], path: Path, *, title: str) -> Path:
 
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(10, 4.2), dpi=120)
     lines: dict[tuple, list[dict]] = {}
-    for r in rows:
-        key = (r["policy"], r["prompt_tokens"], r.get("kv_capacity_bytes"))
-        lines.setdefault(key, []).append(r)
-    for (policy, prompt, _), rs in lines.items():
+    for r in rows:  # one line per run, policy and prompt size
+        lines.setdefault((r.get("run", 0), r["policy"], r["prompt_tokens"]), []).append(r)
+    for (run, policy, prompt), rs in lines.items():
         rs = sorted(rs, key=lambda r: r["concurrency"])
         xs = [r["concurrency"] for r in rs]
-        label = f"{policy}, {prompt} tok"
+        label = f"run {run}: {policy}, {prompt} tok"
         speed.plot(xs, [r["decode_tok_s"] or 0 for r in rs], marker="o", label=label)
         memory.plot(xs, [r["peak_kv_bytes"] / 2**20 for r in rs], marker="o", label=label)
     speed.set_ylabel("aggregate decode tok/s")

@@ -18,7 +18,8 @@ group), and its bytes follow from the rows (``demand_bytes``). Per group ``g``:
   a prefill chunk's own last window tokens, so at most ``2 · window + 1`` extra high rows;
 * a policy that quantizes after the fact (``DecodeDemand.quantizes_late``: MiKV) may move any
   token to INT4 after holding it high, so it reserves a low row for every token as well;
-* a conversation's next turn adds the rows its sequence already holds.
+* a conversation's next turn adds the rows its sequence already holds (and, when it re-plans
+  its history, a low row per held high row: :func:`kept_rows`).
 
 **How the pools are split** (``split_for``): when the engine admits into an empty store, it
 re-splits the preallocated bytes in proportion to the demands of the requests it is about to
@@ -114,6 +115,18 @@ def requests_that_fit(capacity_bytes: int, layout: Any, demand_rows: np.ndarray)
     rows = split_rows(capacity_bytes, layout, tuple(demand_rows[0]), tuple(demand_rows[1]))
     have = np.array([rows.high, rows.low])
     return int(min(have[demand_rows > 0] // demand_rows[demand_rows > 0]))
+
+
+def kept_rows(store: KVStore, seq_id: str, keep: int, *, replans: bool) -> np.ndarray:
+    """``[2, 3]`` rows a conversation's next turn reserves for the ``keep`` tokens it reuses:
+    what its sequence holds, and when the turn re-plans its history (``history_plan.py``) a
+    low row for each held high row, since the re-plan may move any of them to INT4."""
+    if not keep:
+        return np.zeros((2, 3), np.int64)
+    rows = store.held_rows(seq_id)
+    if replans:
+        rows[1] += rows[0]
+    return rows
 
 
 def rows_bytes(rows: np.ndarray, costs: PayloadCosts) -> int:

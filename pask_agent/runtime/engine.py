@@ -23,7 +23,6 @@ import time
 from collections import deque
 from typing import Any
 
-import numpy as np
 import torch
 
 from pask_agent.errors import PaskError
@@ -34,6 +33,7 @@ from pask_agent.policy.full import FullPolicy
 from pask_agent.runtime.admission import (
     Reservations,
     default_capacity_bytes,
+    kept_rows,
     plan_rows,
     rows_bytes,
 )
@@ -107,14 +107,6 @@ class Engine:
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
 
-    def demand(
-        self, session: Any, labels: list[str], max_new_tokens: int, *, keep: int = 0
-    ) -> tuple[np.ndarray, list]:
-        """``[2, 3]`` pool rows to reserve for a request (App. B.4, ``admission.py``) and the
-        plan of ``labels[keep:]``."""
-        cfg = self.config
-        return plan_rows(session, labels, max_new_tokens, self.costs, cfg.sinks, cfg.window, keep)
-
     def check_request(
         self,
         prompt_tokens: int,
@@ -135,7 +127,8 @@ class Engine:
         labels = labels or ["protected_content"] * prompt_tokens
         if session is None:
             session = FullPolicy().start(None)  # type: ignore[arg-type]
-        rows, _ = self.demand(session, labels, max_new_tokens)
+        cfg = self.config
+        rows, _ = plan_rows(session, labels, max_new_tokens, self.costs, cfg.sinks, cfg.window)
         check_kv_capacity(rows_bytes(rows, self.costs), self.capacity_bytes)
 
     def run(self, requests: list[Request]) -> list[Finished | Failed]:
@@ -213,10 +206,13 @@ class Engine:
         """The request's demand; plans its prompt once (again only if its reuse changed)."""
         keep = self._reuse(r)
         if r.plan is None or r.plan_keep != keep:
-            st = r.state
+            st, cfg, new = r.state, self.config, r.params.max_new_tokens
             labels = r.labels or ["protected_content"] * len(r.prompt_ids)
-            rows, r.plan = self.demand(st.session, labels, r.params.max_new_tokens, keep=keep)
-            r.demand_rows = rows + (self.store.held_rows(st.seq_id) if keep else 0)
+            rows, r.plan = plan_rows(
+                st.session, labels, new, self.costs, cfg.sinks, cfg.window, keep
+            )
+            replans = r.labels is not None and r.policy.needs_labels  # history_plan.py
+            r.demand_rows = rows + kept_rows(self.store, st.seq_id, keep, replans=replans)
             r.demand_bytes = rows_bytes(r.demand_rows, self.costs)
             r.plan_keep = keep
         return r.demand_bytes

@@ -18,7 +18,7 @@ from pask_agent.errors import RequestTooLargeError
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
-from pask_agent.runtime.admission import rows_bytes
+from pask_agent.runtime.admission import plan_rows, rows_bytes
 from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
 from pask_agent.runtime.models import LoadedModel, load_tokenizer
 from pask_agent.runtime.outputs import TEXT
@@ -61,7 +61,8 @@ def _full_demand(engine: Engine, n: int) -> int:
 
 
 def _demand(engine: Engine, session, labels: list[str]) -> int:
-    rows, _ = engine.demand(session, labels, NEW)
+    cfg = engine.config
+    rows, _ = plan_rows(session, labels, NEW, engine.costs, cfg.sinks, cfg.window)
     return rows_bytes(rows, engine.costs)
 
 

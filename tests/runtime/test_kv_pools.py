@@ -20,7 +20,7 @@ from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.uniform import UniformPolicy
-from pask_agent.runtime.admission import rows_bytes
+from pask_agent.runtime.admission import kept_rows, rows_bytes
 from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
 from pask_agent.runtime.kv_pools import PoolRows, split_rows
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
@@ -148,3 +148,24 @@ def test_idle_kept_conversation_is_evicted_for_a_request_that_needs_its_rows(tin
     again = Request(kept.prompt_ids, kept.labels, TEXT, kept.params, kept.state, kept.policy)
     (end,) = engine.run([again])  # its next turn prefills again
     assert isinstance(end, Finished) and end.prefilled_tokens == 150
+
+
+def test_next_turn_reserves_low_rows_for_the_history_it_may_requantize(tiny) -> None:
+    engine = Engine(tiny, RuntimeConfig(kv_capacity_bytes=3 << 20))
+    pask = PaskPolicy(allow_transfer=True)
+    first = _request(engine, pask, 120, keep=True)
+    (end,) = engine.run([first])
+    assert isinstance(end, Finished)
+    seq = first.state.seq_id
+    held = engine.store.held_rows(seq)
+    rows = kept_rows(engine.store, seq, 100, replans=True)
+    assert (rows[0] == held[0]).all() and (rows[1] == held[1] + held[0]).all()
+    assert (kept_rows(engine.store, seq, 100, replans=False) == held).all()
+    first.state.busy = False
+    ids = first.prompt_ids + list(end.token_ids) + first.prompt_ids[:20]
+    labels = ["schema_description"] * (len(ids) - 8) + ["protected_content"] * 8
+    params = SamplingParams(max_new_tokens=NEW, ignore_eos=True)
+    second = Request(ids, labels, TEXT, params, first.state, pask, keep_sequence=True)
+    (end,) = engine.run([second])  # the history re-plan finds its INT4 rows reserved
+    assert isinstance(end, Finished) and end.prefilled_tokens < len(ids)
+    assert engine.shed_events == 0
