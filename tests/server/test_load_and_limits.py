@@ -57,9 +57,7 @@ def test_concurrent_streams_with_disconnects_free_all_kv(smol: ThreadServer) -> 
             base_url=f"{smol.base_url}/v1", api_key="unused", max_retries=0, timeout=120
         )
         async with client:
-            results = await asyncio.gather(
-                *(one(i, client) for i in range(n_streams)), impatient()
-            )
+            results = await asyncio.gather(*(one(i, client) for i in range(n_streams)), impatient())
         return results[:n_streams]
 
     results = asyncio.run(main())
