@@ -59,11 +59,14 @@ class SqlConfig:
     budget: float | None
     candidates: int
     linking: bool
+    bind_columns: bool = True
 
     @property
     def name(self) -> str:
         b = "" if self.budget is None else f"@{self.budget:g}"
-        return f"{self.policy}{b} k={self.candidates}{'' if self.linking else ' plain'}"
+        plain = "" if self.linking else " plain"
+        unbound = "" if self.bind_columns else " unbound"
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +143,17 @@ def _question_text(q: SqlQuestion) -> str:
 
 
 def configurations(
-    policies: Sequence[str], budgets: Sequence[float], candidates: int, linking: bool
+    policies: Sequence[str],
+    budgets: Sequence[float],
+    candidates: int,
+    linking: bool,
+    bind_columns: bool = True,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
     for p in policies:
         for b in [None] if p == "full" else budgets:
-            cfg = SqlConfig(p, b, candidates, linking)
+            cfg = SqlConfig(p, b, candidates, linking, bind_columns)
             if cfg not in out:
                 out.append(cfg)
     return out
@@ -203,15 +210,18 @@ async def evaluate(
     check_inputs(questions)
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants: dict[tuple[str, bool], SQLiteAssistant] = {}
+        assistants: dict[tuple[str, bool, bool], SQLiteAssistant] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
-                    key = (q.db, cfg.linking)
+                    key = (q.db, cfg.linking, cfg.bind_columns)
                     if key not in assistants:
-                        path = questions.db_path(q.db)
                         assistants[key] = SQLiteAssistant(
-                            path, runtime=rt, repairs=repairs, linking=cfg.linking
+                            questions.db_path(q.db),
+                            runtime=rt,
+                            repairs=repairs,
+                            linking=cfg.linking,
+                            bind_columns=cfg.bind_columns,
                         )
                     assistant = assistants[key]
                     start = time.perf_counter()
@@ -231,6 +241,24 @@ async def evaluate(
             for assistant in assistants.values():
                 assistant.close()
     return records
+
+
+_BINDING_ERRORS = ("no such column", "ambiguous column name")
+
+
+def is_binding_error(error: str | None) -> bool:
+    """SQLite's refusal of a column its query's tables do not have (or have twice)."""
+    return error is not None and any(e in error for e in _BINDING_ERRORS)
+
+
+def binding_errors(records: Sequence[SqlRecord]) -> dict[str, int]:
+    """Candidates and chosen answers that SQLite refused for a column-to-table slip."""
+    return {
+        "candidates": sum(is_binding_error(c["error"]) for r in records for c in r.candidates),
+        "candidates_total": sum(len(r.candidates) for r in records),
+        "candidates_refused": sum(c["error"] is not None for r in records for c in r.candidates),
+        "answers": sum(is_binding_error(r.error) for r in records),
+    }
 
 
 def k_curve(records: Sequence[SqlRecord], ks: Sequence[int]) -> dict[int, float]:
@@ -272,6 +300,7 @@ def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
                 "by_difficulty": {d: acc(v) for d, v in sorted(groups["difficulty"].items())},
                 "by_db": {d: acc(v) for d, v in sorted(groups["db"].items())},
                 "errors": sum(r.error is not None for r in rs),
+                "binding_errors": binding_errors(rs),
                 "mean_measured_b": round(sum(r.measured_b for r in rs) / len(rs), 4),
                 "max_measured_b": max(r.measured_b for r in rs),
                 "k_curve": k_curve(rs, range(1, k + 1)),
@@ -355,6 +384,13 @@ def write_results(
             f"({o['correct']}/{o['n']}) | {o['n']} | {s['mean_measured_b']:.3f} | "
             f"{s['max_measured_b']:.3f} | {s['errors']} | {s['seconds'] / o['n']:.1f} |"
         )
+    lines += ["", "Candidates SQLite refused, and how many for a column not in its tables:", ""]
+    for s in summaries:
+        b = s["binding_errors"]
+        lines.append(
+            f"- {s['config']}: {b['candidates_refused']} of {b['candidates_total']} candidates "
+            f"refused, {b['candidates']} for a column binding; {b['answers']} chosen answers"
+        )
     lines += ["", "Voting among the first k candidates (accuracy %):", ""]
     for s in summaries:
         curve = ", ".join(f"k={k}: {100 * v:.1f}" for k, v in s["k_curve"].items())
@@ -423,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="0.33", help="comma-separated target budgets B")
     parser.add_argument("--candidates", type=int, default=None, help="k (default: assistant's)")
     parser.add_argument("--no-linking", action="store_true", help="the plain DDL prompt")
+    parser.add_argument(
+        "--no-binding", action="store_true", help="the grammar without column binding"
+    )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument("--baseline", type=Path, default=None, help="a run to pair against")
     parser.add_argument(
@@ -454,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
             write_results(args.out, records, settings, baseline)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
             return 0
-        configs = configurations(policies, budgets, k, not args.no_linking)
+        configs = configurations(policies, budgets, k, not args.no_linking, not args.no_binding)
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
         questions = _load(args)
@@ -465,6 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             "questions": len(questions.questions),
             "candidates": k,
             "linking": not args.no_linking,
+            "bind_columns": not args.no_binding,
             "repairs": args.repairs,
         }
         records = anyio.run(

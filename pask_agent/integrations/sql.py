@@ -172,6 +172,10 @@ class SQLiteAssistant:
         Show sample rows and column values, and on a schema larger than ``schema_tokens``
         (prompt tokens for instructions and schema) only the tables and columns the question
         links to; ``linking=False`` gives the plain DDL prompt of earlier versions.
+    bind_columns
+        Keep each column with its table in the grammar (``grammar.py``): a query over one
+        table names only its columns, and ``table.col`` only that table's. ``False`` gives
+        the unbound grammar of earlier versions, kept to measure what binding changes.
 
     Raises
     ------
@@ -197,6 +201,7 @@ class SQLiteAssistant:
         seed: int = 0,
         linking: bool = True,
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
+        bind_columns: bool = True,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
@@ -209,7 +214,7 @@ class SQLiteAssistant:
         self.path = Path(path)
         self.db = ReadOnlyDatabase(self.path, time_limit_s=time_limit_s, row_limit=row_limit)
         self.schema = SqlSchema.from_sqlite(self.path)
-        self.grammar = compile_sql_grammar(self.schema)
+        self.grammar = compile_sql_grammar(self.schema, bind_columns=bind_columns)
         self.runtime = runtime
         self.linking = linking
         self.schema_tokens = schema_tokens

@@ -19,6 +19,7 @@ from pask_agent.errors import ConfigError, DDLError
 from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet, load_sample_questions
 from pask_agent.eval.sql_eval import (
     SqlRecord,
+    binding_errors,
     check_inputs,
     gold_orders,
     k_curve,
@@ -93,6 +94,21 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     (pair,) = report["paired_vs_baseline"]
     assert (pair["only_a"], pair["only_b"], pair["difference"]) == (1, 0, 0.25)
     assert (tmp_path / "sql_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_binding_errors_count_sqlite_column_refusals_only() -> None:
+    r = record(0, "simple", False, 1.0, [(None, False), (None, False), (None, False), ("a", False)])
+    errors = [
+        "SQLite error: no such column: T2.salary",
+        "SQLite error: ambiguous column name: dept_id",
+        'SQLite error: near "JOIN": syntax error',
+    ]
+    for c, e in zip(r.candidates, errors, strict=False):
+        c["error"] = e
+    counts = binding_errors([r])
+    assert counts == {"candidates": 2, "candidates_total": 4, "candidates_refused": 3, "answers": 0}
+    (s,) = summarize([r])
+    assert s["binding_errors"] == counts
 
 
 # -- bad input: a typed error before the model loads, and no file changes ------------------

@@ -170,6 +170,58 @@ def test_identifiers_and_layout(
     assert (rejected_at is None and completed) is ok
 
 
+JOIN_TEACHERS = "JOIN teachers AS T2 ON T1.teacher_id = T2.teacher_id"
+IN_COURSES = "SELECT course_id FROM courses"
+IN_ENROLLED = "SELECT student_id FROM enrollments"
+
+
+@pytest.mark.parametrize(
+    ("sql", "bound_ok"),
+    [
+        ("SELECT salary FROM courses", False),  # salary is a teachers column
+        ("SELECT T1.salary FROM courses AS T1", False),
+        (f"SELECT T2.salary FROM courses AS T1 {JOIN_TEACHERS}", True),  # aliases stay free
+        ("SELECT teachers.salary FROM courses, teachers", True),
+        ("SELECT courses.salary FROM courses, teachers", False),  # the table's own columns
+        ("SELECT level FROM courses WHERE salary > 10", False),
+        ("SELECT level FROM courses ORDER BY salary + 1", False),  # a bare name may be an alias
+        ("SELECT level FROM courses GROUP BY level HAVING MAX(salary) > 1", False),
+        (f"SELECT first_name FROM students WHERE course_id IN ({IN_COURSES})", False),
+        (f"SELECT first_name FROM students WHERE student_id IN ({IN_ENROLLED})", True),
+        ("SELECT city FROM students UNION SELECT salary FROM students", False),
+        ("SELECT city FROM students UNION SELECT building FROM departments", True),
+        ("SELECT * FROM (SELECT dept_id FROM courses) AS c WHERE c.dept_id = 1", True),
+    ],
+)  # fmt: skip
+def test_columns_are_bound_to_their_tables(
+    sql: str, bound_ok: bool, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+) -> None:
+    """Bound: a query over one table names only its columns, ``table.col`` only that table's.
+    Unbound (the earlier grammar) accepts all of these; SQLite refuses the ones binding does."""
+    vocab = len(qwen_tokenizer)
+    bound = _compile(qwen_tokenizer, schemas["school"], vocab)
+    unbound = _compile_unbound(qwen_tokenizer, schemas["school"], vocab)
+    rejected_at, completed = _walk(bound, qwen_tokenizer, sql)
+    assert (rejected_at is None and completed) is bound_ok
+    assert _walk(unbound, qwen_tokenizer, sql) == (None, True)
+    con = sqlite3.connect(f"{(DATA / 'school.sqlite').as_uri()}?mode=ro", uri=True)
+    try:
+        con.execute(sql).fetchall()
+        runs = True
+    except sqlite3.OperationalError as exc:
+        assert "no such column" in str(exc)
+        runs = False
+    finally:
+        con.close()
+    assert runs is bound_ok
+
+
+def _compile_unbound(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.CompiledGrammar:
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+    grammar = compile_sql_grammar(schema, bind_columns=False)
+    return xgr.GrammarCompiler(info).compile_grammar(grammar)
+
+
 # -- constrained generation with real models ---------------------------------------------
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 

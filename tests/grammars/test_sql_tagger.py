@@ -33,9 +33,17 @@ def schemas() -> dict[str, SqlSchema]:
 
 @pytest.fixture(scope="module")
 def grammars(tokenizer: Any, schemas: dict[str, SqlSchema]) -> dict[str, Any]:
+    """Per database: (bound grammar, unbound grammar). The tagger reads the unbound language:
+    which table a column belongs to is the grammar's business, not a structural role."""
     info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
     compiler = xgr.GrammarCompiler(info)
-    return {db: compiler.compile_grammar(compile_sql_grammar(s)) for db, s in schemas.items()}
+    return {
+        db: tuple(
+            compiler.compile_grammar(compile_sql_grammar(s, bind_columns=bind))
+            for bind in (True, False)
+        )
+        for db, s in schemas.items()
+    }
 
 
 def _tags(schema: SqlSchema, pieces: list[str]) -> list[str]:
@@ -152,12 +160,15 @@ def test_tagger_completes_exactly_when_the_matcher_does_on_gold_queries(
     tokenizer: Any, schemas: dict[str, SqlSchema], grammars: dict[str, Any]
 ) -> None:
     for q in load_sample_questions().questions:
-        matcher, tagger = xgr.GrammarMatcher(grammars[q.db]), SqlTagger(schemas[q.db])
+        bound, unbound = (xgr.GrammarMatcher(g) for g in grammars[q.db])
+        tagger = SqlTagger(schemas[q.db])
         for i, token in enumerate(tokenizer.encode(q.gold_sql, add_special_tokens=False)):
-            assert matcher.accept_token(token)
+            assert bound.accept_token(token) and unbound.accept_token(token)
             tagger.feed(tokenizer.decode([token]))
-            assert tagger.is_complete == matcher.is_completed(), (q.id, i)
-        assert tagger.is_complete
+            assert tagger.is_complete == unbound.is_completed(), (q.id, i)
+            # Binding only narrows: a prefix the bound grammar could end is complete to both.
+            assert tagger.is_complete or not bound.is_completed(), (q.id, i)
+        assert tagger.is_complete and bound.is_completed()
 
 
 def test_rollback_restores_state(tokenizer: Any, schemas: dict[str, SqlSchema]) -> None:
@@ -221,15 +232,18 @@ def _allowed(bitmask: Any) -> np.ndarray:
     return ids[ids < QWEN_SPECIAL_START]
 
 
+@pytest.mark.parametrize("bound", [True, False])
 @pytest.mark.parametrize("db", ["shop", "school"])
 def test_random_grammar_walks_agree_with_xgrammar(
-    db: str, tokenizer: Any, schemas: dict[str, SqlSchema], grammars: dict[str, Any]
+    db: str, bound: bool, tokenizer: Any, schemas: dict[str, SqlSchema], grammars: dict[str, Any]
 ) -> None:
-    """Uniformly random legal tokens: the tagger never rejects and agrees on completion."""
+    """Uniformly random legal tokens: the tagger never rejects; it agrees on completion with the
+    unbound grammar, and whatever the bound grammar could end, the tagger calls complete."""
     rng = random.Random(db)
     bitmask = xgr.allocate_token_bitmask(1, len(tokenizer))
     for walk in range(12):
-        matcher, tagger = xgr.GrammarMatcher(grammars[db]), SqlTagger(schemas[db])
+        matcher = xgr.GrammarMatcher(grammars[db][0 if bound else 1])
+        tagger = SqlTagger(schemas[db])
         text = ""
         for _ in range(40):
             matcher.fill_next_token_bitmask(bitmask)
@@ -241,4 +255,7 @@ def test_random_grammar_walks_agree_with_xgrammar(
             piece = tokenizer.decode([token])
             text += piece
             tagger.feed(piece).validate("sql")
-            assert tagger.is_complete == matcher.is_completed(), (walk, text)
+            if bound:
+                assert tagger.is_complete or not matcher.is_completed(), (walk, text)
+            else:
+                assert tagger.is_complete == matcher.is_completed(), (walk, text)

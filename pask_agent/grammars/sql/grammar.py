@@ -19,6 +19,10 @@ is stored in this canonical form):
   alias (a letter and up to 3 letters or digits: ``T1``, ``o``, ``sub``), so a misspelt column
   cannot survive as a made-up qualifier. ``GROUP BY`` and ``ORDER BY`` may also name a
   projection alias.
+* Columns are bound to tables where a left-to-right grammar can tell (``compile_sql_grammar``):
+  a query that reads one table names only that table's columns, and ``table.col`` accepts only
+  ``table``'s. An alias (``T2.col``) in a join still qualifies any column, since the alias is
+  declared after it is used.
 * Literals: integers and decimals of at most 15 + 10 digits, single-quoted strings
   (``''`` escapes a quote, no newline), ``NULL``, ``CURRENT_DATE``/``CURRENT_TIMESTAMP``.
 * Not covered: ``WITH`` (CTEs), window functions, ``NATURAL``/``RIGHT``/``FULL`` joins,
@@ -26,6 +30,8 @@ is stored in this canonical form):
 """
 
 from __future__ import annotations
+
+import re
 
 from pask_agent.grammars.sql.schema import SqlSchema, needs_quotes
 
@@ -108,45 +114,23 @@ CAST_TYPES: tuple[str, ...] = ("INTEGER", "REAL", "TEXT", "NUMERIC", "FLOAT")
 MAX_INT_DIGITS = 15
 MAX_FRACTION_DIGITS = 10
 
-_CORE = r"""
+_SHARED = r"""
 root ::= query ";"?
-query ::= select_core (sp set_op sp select_core)* order_clause? limit_clause?
+compound_query ::= any_core (sp set_op sp any_core)+ order_clause? limit_clause?
+free_query ::= (joined_core | bare_core) order_clause? limit_clause?
 set_op ::= K_UNION (sp K_ALL)? | K_INTERSECT | K_EXCEPT
-select_core ::= K_SELECT sp (K_DISTINCT sp)? proj_list from_clause? where_clause? group_clause?
-proj_list ::= proj ("," sp proj)*
-proj ::= "*" | qualifier ".*" | expr (sp K_AS sp alias)?
-from_clause ::= sp K_FROM sp table_ref join*
+bare_core ::= K_SELECT sp (K_DISTINCT sp)? proj_list
+joined_core ::= K_SELECT sp (K_DISTINCT sp)? proj_list sp K_FROM sp joined_from joined_tail
+joined_tail ::= where_clause? group_clause?
 join ::= "," sp table_ref | sp join_op sp table_ref join_cond?
 join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN | K_CROSS sp K_JOIN
 join_cond ::= sp K_ON sp expr | sp K_USING sp "(" column_name ("," sp column_name)* ")"
-table_ref ::= (table_name | "(" query ")") (sp K_AS sp table_alias)?
-where_clause ::= sp K_WHERE sp expr
-group_clause ::= sp K_GROUP sp K_BY sp group_item ("," sp group_item)* (sp K_HAVING sp expr)?
-group_item ::= expr | alias
-order_clause ::= sp K_ORDER sp K_BY sp order_item ("," sp order_item)*
-order_item ::= (expr | alias) (sp (K_ASC | K_DESC))?
-limit_clause ::= sp K_LIMIT sp integer (sp K_OFFSET sp integer)?
-expr ::= and_expr (sp K_OR sp and_expr)*
-and_expr ::= not_expr (sp K_AND sp not_expr)*
-not_expr ::= K_NOT sp not_expr | predicate
-predicate ::= sum_expr predicate_tail?
-predicate_tail ::= sp cmp_op sp sum_expr | sp K_IS sp (K_NOT sp)? K_NULL | sp not_opt match_tail
+table_ref ::= table_name (sp K_AS sp table_alias)? | derived_ref
+derived_ref ::= "(" query ")" (sp K_AS sp table_alias)?
 not_opt ::= (K_NOT sp)?
-match_tail ::= K_LIKE sp sum_expr | K_BETWEEN sp sum_expr sp K_AND sp sum_expr | in_tail
-in_tail ::= K_IN sp "(" (query | expr ("," sp expr)*) ")"
 cmp_op ::= "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
-sum_expr ::= prod_expr (sp ("+" | "-" | "||") sp prod_expr)*
-prod_expr ::= unary (sp ("*" | "/" | "%") sp unary)*
-unary ::= "-" primary | primary
-primary ::= literal | column_ref | scalar_call | aggregate_call | case_expr | cast_expr | nested
-nested ::= "(" expr ")" | "(" query ")" | K_EXISTS sp "(" query ")"
-column_ref ::= column_name | qualifier "." column_name
-qualifier ::= table_name | table_alias
-scalar_call ::= scalar_name "(" (expr ("," sp expr)*)? ")"
-aggregate_call ::= count_star | aggregate_name "(" (K_DISTINCT sp)? expr ("," sp expr)* ")"
+limit_clause ::= sp K_LIMIT sp integer (sp K_OFFSET sp integer)?
 count_star ::= ("COUNT" | "count") "(*)"
-case_expr ::= K_CASE (sp expr)? (sp K_WHEN sp expr sp K_THEN sp expr)+ (sp K_ELSE sp expr)? sp K_END
-cast_expr ::= K_CAST "(" expr sp K_AS sp cast_type ")"
 literal ::= number | string | K_NULL | K_CURRENT_DATE | K_CURRENT_TIMESTAMP
 number ::= integer ("." [0-9]{1,FRAC})?
 integer ::= [0-9]{1,INT}
@@ -155,6 +139,32 @@ alias ::= ident | "\"" [A-Za-z0-9_ ]{1,40} "\""
 ident ::= [A-Za-z_] [A-Za-z0-9_]{0,39}
 table_alias ::= [A-Za-z] [A-Za-z0-9]{0,3}
 sp ::= [ \n]
+"""
+
+_SCOPED = r"""
+proj_list ::= proj ("," sp proj)*
+proj ::= "*" | qualifier ".*" | expr (sp K_AS sp alias)?
+where_clause ::= sp K_WHERE sp expr
+group_clause ::= sp K_GROUP sp K_BY sp group_item ("," sp group_item)* (sp K_HAVING sp expr)?
+group_item ::= expr | alias
+order_clause ::= sp K_ORDER sp K_BY sp order_item ("," sp order_item)*
+order_item ::= (expr | alias) (sp (K_ASC | K_DESC))?
+expr ::= and_expr (sp K_OR sp and_expr)*
+and_expr ::= not_expr (sp K_AND sp not_expr)*
+not_expr ::= K_NOT sp not_expr | predicate
+predicate ::= sum_expr predicate_tail?
+predicate_tail ::= sp cmp_op sp sum_expr | sp K_IS sp (K_NOT sp)? K_NULL | sp not_opt match_tail
+match_tail ::= K_LIKE sp sum_expr | K_BETWEEN sp sum_expr sp K_AND sp sum_expr | in_tail
+in_tail ::= K_IN sp "(" (query | expr ("," sp expr)*) ")"
+sum_expr ::= prod_expr (sp ("+" | "-" | "||") sp prod_expr)*
+prod_expr ::= unary (sp ("*" | "/" | "%") sp unary)*
+unary ::= "-" primary | primary
+primary ::= literal | column_ref | scalar_call | aggregate_call | case_expr | cast_expr | nested
+nested ::= "(" expr ")" | "(" query ")" | K_EXISTS sp "(" query ")"
+scalar_call ::= scalar_name "(" (expr ("," sp expr)*)? ")"
+aggregate_call ::= count_star | aggregate_name "(" (K_DISTINCT sp)? expr ("," sp expr)* ")"
+case_expr ::= K_CASE (sp expr)? (sp K_WHEN sp expr sp K_THEN sp expr)+ (sp K_ELSE sp expr)? sp K_END
+cast_expr ::= K_CAST "(" expr sp K_AS sp cast_type ")"
 """
 
 
@@ -177,29 +187,99 @@ def _case_pair(word: str) -> str:
     return f"{_literal(word)} | {_literal(word.lower())}"
 
 
-def compile_sql_grammar(schema: SqlSchema) -> str:
+_SCOPED_RULES = tuple(line.split(" ::= ")[0] for line in _SCOPED.strip().splitlines()) + (
+    "column_ref",
+    "column_name",
+    "qualifier",
+)
+MAX_BOUND_TABLES = 32  # past this the per-table branches cost more to compile than they bind
+
+
+def _scoped(suffix: str) -> str:
+    """The clause and expression rules, renamed for one column scope (``""`` = every column)."""
+    text = _SCOPED.strip()
+    if not suffix:
+        return text
+    pattern = re.compile(r"\b(" + "|".join(_SCOPED_RULES) + r")\b")
+    return pattern.sub(lambda m: m.group(1) + suffix, text)
+
+
+def compile_sql_grammar(schema: SqlSchema, *, bind_columns: bool = True) -> str:
     """EBNF (xgrammar syntax, root rule ``root``) for one read-only SELECT over ``schema``.
+
+    Why the per-table branches: a left-to-right grammar cannot see ``FROM`` while the select
+    list is written, but it can keep one branch alive per table in which only that table's
+    columns exist. The parser follows every branch at once; a query that turns out to read one
+    table keeps the branch of that table, so it cannot name another table's column anywhere
+    (select list, ``WHERE``, ``GROUP BY``, ``HAVING``, ``ORDER BY``). A query with a join, a
+    derived table or a compound operator takes the free branch, where an alias (``T1.col``)
+    may qualify any column, but a table's own name qualifies only that table's columns.
+    Subqueries are whole queries and are bound the same way on their own.
 
     Parameters
     ----------
     schema
         The database schema; its table and column names are the only ones the grammar allows.
+    bind_columns
+        ``False`` gives the unbound grammar of earlier releases (any column anywhere); kept to
+        measure what binding changes. Schemas of more than ``MAX_BOUND_TABLES`` tables bind
+        qualified names only.
 
     Returns
     -------
     str
         Grammar text for ``xgrammar.GrammarCompiler.compile_grammar``.
     """
-    tables = sorted({s for t in schema.table_names for s in spellings(t)})
-    quoted_tables = sorted({s for t in schema.table_names for s in spellings(t) if s[0] == '"'})
-    columns = sorted({s for c in schema.column_names() for s in spellings(c)})
-    lines = [
-        _CORE.strip()
+    tables = schema.tables
+    bound = bind_columns and len(tables) <= MAX_BOUND_TABLES
+    suffixes = [f"_t{i}" for i in range(len(tables))]
+    all_tables = sorted({s for t in tables for s in spellings(t.name)})
+    all_columns = sorted({s for c in schema.column_names() for s in spellings(c)})
+    shared = (
+        _SHARED.strip()
         .replace("{1,FRAC}", f"{{1,{MAX_FRACTION_DIGITS}}}")
-        .replace("{1,INT}", f"{{1,{MAX_INT_DIGITS}}}"),
-        f"table_name ::= {_alternatives(tables)}",
-        f"table_name_quoted ::= {_alternatives(quoted_tables)}",
-        f"column_name ::= {_alternatives(columns)}",
+        .replace("{1,INT}", f"{{1,{MAX_INT_DIGITS}}}")
+    )
+    if bound:  # a plain table read alone is some table's branch, so the free one must join
+        queries = " | ".join(f"query{s}" for s in suffixes)
+        cores = " | ".join(f"core{s}" for s in suffixes)
+        structure = [
+            f"query ::= compound_query | free_query | {queries}",
+            f"any_core ::= joined_core | bare_core | {cores}",
+            "joined_from ::= table_ref join+ | derived_ref join*",
+        ]
+    else:
+        structure = [
+            "query ::= compound_query | free_query",
+            "any_core ::= joined_core | bare_core",
+            "joined_from ::= table_ref join*",
+        ]
+    lines = [shared, *structure, _scoped(""), f"table_name ::= {_alternatives(all_tables)}"]
+    lines.append(f"column_name ::= {_alternatives(all_columns)}")
+    qualified = [f'table_name{s} "." column_name{s}' for s in suffixes]
+    lines.append(
+        'column_ref ::= column_name | table_alias "." column_name | ' + " | ".join(qualified)
+        if bind_columns
+        else 'column_ref ::= column_name | qualifier "." column_name'
+    )
+    lines.append("qualifier ::= table_name | table_alias")
+    for table, s in zip(tables, suffixes, strict=True):
+        columns = sorted({sp for c in table.columns for sp in spellings(c.name)})
+        lines += [
+            f"table_name{s} ::= {_alternatives(spellings(table.name))}",
+            f"column_name{s} ::= {_alternatives(columns)}",
+        ]
+        if not bound:
+            continue
+        lines += [
+            f"query{s} ::= core{s} order_clause{s}? limit_clause?",
+            f"core{s} ::= K_SELECT sp (K_DISTINCT sp)? proj_list{s} sp K_FROM sp table_name{s}"
+            f" (sp K_AS sp table_alias)? where_clause{s}? group_clause{s}?",
+            f'column_ref{s} ::= column_name{s} | qualifier{s} "." column_name{s}',
+            f"qualifier{s} ::= table_name{s} | table_alias",
+            _scoped(s),
+        ]
+    lines += [
         "scalar_name ::= " + " | ".join(_case_pair(f) for f in SCALAR_FUNCTIONS),
         "aggregate_name ::= " + " | ".join(_case_pair(f) for f in AGGREGATE_FUNCTIONS),
         "cast_type ::= " + " | ".join(_case_pair(t) for t in CAST_TYPES),
