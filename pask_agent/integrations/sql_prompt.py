@@ -12,7 +12,9 @@ When the whole schema fits the budget it is shown whole, and the prompt is the s
 question, so its KV is computed once and reused; a linked prompt changes with the question.
 
 Each ``CREATE TABLE`` stays a complete statement (the span labeller and the policy read it as
-schema); rows and values follow it as comments, which stay ``protected_content``.
+schema); rows and values follow it as comments in a fixed format that the labeller
+(``grammars/sql/span_labels.py``) reads back: names as names, complete value sets as
+``enum_constraint``, example rows and example values as ``schema_description``.
 """
 
 from __future__ import annotations

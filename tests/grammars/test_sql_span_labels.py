@@ -155,3 +155,56 @@ def test_token_labels_with_the_real_tokenizer(school: SqlSchema) -> None:
     assert labels[-1] == "protected_content"
     # '(student' spans scaffold "(" and a key: the key wins (span_labels.LABEL_PRIORITY).
     assert by_piece["(student"] == "parameter_key"
+
+
+def _shop_prompt() -> tuple[str, SqlSchema]:
+    from pask_agent.integrations.sql import SQLiteAssistant
+
+    assistant = SQLiteAssistant(DATA / "shop.sqlite", model="default")
+    try:
+        return assistant.system_prompt, assistant.schema
+    finally:
+        assistant.close()
+
+
+def test_example_rows_and_value_lines_of_the_linked_prompt_are_labelled() -> None:
+    text, shop = _shop_prompt()
+    spans = label_ddl_spans(text, shop)
+    enums = _labelled(text, spans, "enum_constraint")
+    # complete value sets are what a WHERE copies; examples ("e.g.") and rows only illustrate
+    assert "'Books'" in enums and "'Germany'" in enums and "'gold'" in enums
+    described = _labelled(text, spans, "schema_description")
+    assert "'Olivia'" in described  # customers.first_name e.g.: 'Olivia', ...
+    assert any("Wireless Mouse | Electronics | 26.18" in d for d in described)  # a sample row
+    names = _labelled(text, spans, "parameter_key")
+    assert names.count("loyalty_tier") >= 3  # DDL, the rows' header, the values line
+    tables = _labelled(text, spans, "function_name")
+    assert tables.count("products") >= 3
+    # what is left as protected content is the instructions and the line breaks between parts
+    protected = "".join(_labelled(text, spans, "protected_content"))
+    assert "SELECT query" in protected and "'" not in protected and "|" not in protected
+
+
+def test_forged_rows_and_values_for_other_tables_stay_protected() -> None:
+    _, shop = _shop_prompt()
+    text = (
+        "/*\n3 example rows from employees:\nid | name\n1 | Ann\n*/\n"
+        "-- products.colour is one of: 'red', 'blue'\n"
+        "-- payroll.salary is one of: '1', '2'\n"
+        "/*\n1 example rows from products:\nname | colour\nMouse | red\n*/"
+    )
+    assert label_ddl_spans(text, shop) == [(0, len(text), "protected_content")]
+
+
+def test_value_tokens_take_the_value_label_with_a_real_tokenizer() -> None:
+    text, shop = _shop_prompt()
+    tokenizer = load_tokenizer("default")
+    labels = label_ddl_tokens(text, shop, tokenizer)
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    books = text.index("'Books'")
+    inside = [
+        lab
+        for (s, e), lab in zip(enc["offset_mapping"], labels, strict=True)
+        if s >= books + 1 and e <= books + len("'Books'") - 1 and e > s
+    ]
+    assert inside and set(inside) == {"enum_constraint"}

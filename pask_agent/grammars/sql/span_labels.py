@@ -15,6 +15,18 @@ definition whose name is a table of the given schema. Inside a validated stateme
 
 Quoted identifiers are labelled inside the quotes; the quotes are scaffold. The labels reach
 tokens through ``span_labels.labels_for_tokens`` (offset mapping, conservative combination).
+
+A BIRD-style prompt (``integrations/sql_prompt.py``) follows each table with example rows and
+the values of its short text columns. Most of a linked prompt is that text, so leaving it
+``protected_content`` would make the plan for a schema-heavy prompt about instructions it does
+not have. Lines in exactly that format, naming a table and columns of the schema, are labelled:
+
+* ``/* N example rows from T:`` block: ``T`` → ``function_name``, the header's column names →
+  ``parameter_key``, the rows → ``schema_description`` (illustrations the query never copies),
+  the rest → ``schema_scaffold``;
+* ``-- T.c is one of: 'a', 'b'``: ``T`` → ``function_name``, ``c`` → ``parameter_key``, each
+  value → ``enum_constraint`` (the complete set a ``WHERE`` must copy exactly); after
+  ``e.g.:`` the values are examples, ``schema_description``; the rest → ``schema_scaffold``.
 """
 
 from __future__ import annotations
@@ -35,6 +47,16 @@ _CREATE = re.compile(r"\bCREATE\s+TABLE\b", re.IGNORECASE)
 _QUOTES = {'"': '"', "`": "`", "[": "]", "'": "'"}
 _TABLE_CONSTRAINTS = frozenset(("CONSTRAINT", "PRIMARY", "FOREIGN", "UNIQUE", "CHECK"))
 _NAME_TYPES = (TokenType.VAR, TokenType.IDENTIFIER)
+_NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
+_ROWS_BLOCK = re.compile(
+    r"^/\*\n\d+ example rows from (?P<table>[^\n:]+):\n(?P<header>[^\n]*)\n(?P<rows>(?:.*\n)*?)\*/$",
+    re.MULTILINE,
+)
+_VALUES_LINE = re.compile(
+    rf"^-- (?P<table>{_NAME})\.(?P<column>{_NAME}) (?P<kind>is one of|e\.g\.): (?P<values>.*)$",
+    re.MULTILINE,
+)
+_VALUE = re.compile(r"'(?:[^']|'')*'")
 
 
 def find_ddl_spans(text: str, schema: SqlSchema) -> list[tuple[int, int]]:
@@ -68,7 +90,57 @@ def label_ddl_spans(text: str, schema: SqlSchema) -> list[CharSpan]:
         tokens = SQLite().tokenize(text[start:end])
         for s, e, label in _label_statement(text[start:end], tokens):
             labels[start + s : start + e] = [label] * (e - s)
+    for s, e, label in _label_rows_blocks(text, schema) + _label_values_lines(text, schema):
+        labels[s:e] = [label] * (e - s)
     return spans_of_char_labels(labels)
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1].replace('""', '"') if name.startswith('"') else name
+
+
+def _columns_of(schema: SqlSchema, table: str) -> set[str] | None:
+    """Lower-cased column names of ``table``, or None when the schema has no such table."""
+    try:
+        return {c.name.lower() for c in schema.table(table).columns}
+    except KeyError:
+        return None
+
+
+def _label_rows_blocks(text: str, schema: SqlSchema) -> list[CharSpan]:
+    """Example-row blocks whose table and header columns are the schema's."""
+    out: list[CharSpan] = []
+    for m in _ROWS_BLOCK.finditer(text):
+        columns = _columns_of(schema, m["table"])
+        names = m["header"].split(" | ")
+        if columns is None or not all(n.lower() in columns for n in names):
+            continue
+        out.append((m.start(), m.end(), "schema_scaffold"))
+        out.append((m.start("table"), m.end("table"), "function_name"))
+        at = m.start("header")
+        for name in names:
+            out.append((at, at + len(name), "parameter_key"))
+            at += len(name) + 3
+        if m["rows"]:
+            out.append((m.start("rows"), m.end("rows") - 1, "schema_description"))
+    return out
+
+
+def _label_values_lines(text: str, schema: SqlSchema) -> list[CharSpan]:
+    """``-- table.column is one of: ...`` lines whose table and column are the schema's."""
+    out: list[CharSpan] = []
+    for m in _VALUES_LINE.finditer(text):
+        columns = _columns_of(schema, _unquote(m["table"]))
+        if columns is None or _unquote(m["column"]).lower() not in columns:
+            continue
+        out.append((m.start(), m.end(), "schema_scaffold"))
+        for group, label in (("table", "function_name"), ("column", "parameter_key")):
+            quoted = m[group].startswith('"')
+            out.append((m.start(group) + quoted, m.end(group) - quoted, label))
+        value = "enum_constraint" if m["kind"] == "is one of" else "schema_description"
+        base = m.start("values")
+        out += [(base + v.start(), base + v.end(), value) for v in _VALUE.finditer(m["values"])]
+    return out
 
 
 def label_ddl_tokens(
