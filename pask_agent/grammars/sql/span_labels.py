@@ -49,7 +49,8 @@ _TABLE_CONSTRAINTS = frozenset(("CONSTRAINT", "PRIMARY", "FOREIGN", "UNIQUE", "C
 _NAME_TYPES = (TokenType.VAR, TokenType.IDENTIFIER)
 _NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _ROWS_BLOCK = re.compile(
-    r"^/\*\n\d+ example rows from (?P<table>[^\n:]+):\n(?P<header>[^\n]*)\n(?P<rows>(?:.*\n)*?)\*/$",
+    r"^/\*\n\d+ example rows from (?P<table>[^\n:]+):\n"
+    r"(?P<header>[^\n]*)\n(?P<rows>(?:.*\n)*?)\*/$",
     re.MULTILINE,
 )
 _VALUES_LINE = re.compile(
