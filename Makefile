@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/python -m pask_agent.demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check pask_agent tests recipes

@@ -5,7 +5,7 @@
         --budgets 0.33,0.5 --out results/sql_test
     python -m pask_agent.eval.sql_eval --split test --candidates 1 --no-linking  # old assistant
     python -m pask_agent.eval.sql_eval --bird PATH --limit 50            # a BIRD dev folder
-    python -m pask_agent.eval.sql_eval --records A.jsonl --baseline B.jsonl --out DIR  # paired
+    python -m pask_agent.eval.sql_eval --records A.jsonl --baseline B.jsonl,C.jsonl --out DIR
 
 A question counts as correct when the chosen query's rows equal the gold query's rows: as sets
 (BIRD's rule, duplicates ignored) unless the gold query orders its result (a top-level
@@ -347,9 +347,10 @@ def write_results(
     out: Path,
     records: Sequence[SqlRecord],
     settings: dict[str, Any],
-    baseline: Sequence[SqlRecord] | None = None,
+    baselines: Sequence[Sequence[SqlRecord]] = (),
 ) -> dict[str, Any]:
-    """Write the JSONL, Markdown, PNG and summary JSON; returns the summary object."""
+    """Write the JSONL, Markdown, PNG and summary JSON; returns the summary object. Each run
+    in ``baselines`` is paired with every configuration, by question id."""
     from pask_agent.eval.paired import paired_table
     from pask_agent.eval.plots import plot_accuracy_vs_budget
     from pask_agent.eval.provenance import provenance
@@ -395,11 +396,29 @@ def write_results(
     for s in summaries:
         curve = ", ".join(f"k={k}: {100 * v:.1f}" for k, v in s["k_curve"].items())
         lines.append(f"- {s['config']}: {curve}")
-    if baseline:
-        pairs = paired_against(records, baseline)
-        report["paired_vs_baseline"] = [{"config": n, **asdict(c)} for n, c in pairs]
-        lines += ["", f"Paired against the baseline run ({baseline[0].config}):", ""]
-        lines.append(paired_table(pairs, reference="baseline"))
+    report["paired_vs_baseline"] = []
+    for base in baselines:
+        pairs = paired_against(records, base)
+        name = base[0].config
+        report["paired_vs_baseline"] += [
+            {"baseline": name, "config": n, **asdict(c)} for n, c in pairs
+        ]
+        (b,) = summarize(base)
+        errors = b["binding_errors"]
+        lines += [
+            "",
+            f"Paired against the baseline run ({name}: {100 * b['overall']['accuracy']:.1f} %, "
+            f"{errors['candidates']} of {errors['candidates_total']} candidates refused for a "
+            f"column binding):",
+            "",
+            paired_table(pairs, reference="baseline"),
+        ]
+        ratios = [
+            f"{s['config']} {s['overall']['accuracy'] / b['overall']['accuracy']:.2f}x"
+            for s in summaries
+            if b["overall"]["accuracy"]
+        ]
+        lines += ["", "Accuracy over the baseline's: " + ", ".join(ratios) + "."]
     lines += ["", "| config | id | ok | predicted SQL |", "|---|---|---|---|"]
     for r in records:
         sql = r.predicted_sql.replace("|", "\\|").replace("\n", " ")
@@ -463,7 +482,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-binding", action="store_true", help="the grammar without column binding"
     )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
-    parser.add_argument("--baseline", type=Path, default=None, help="a run to pair against")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="earlier runs' JSONL to pair against, comma-separated",
+    )
     parser.add_argument(
         "--records", default=None, help="report earlier runs' JSONL files, comma-separated"
     )
@@ -482,15 +505,19 @@ def main(argv: list[str] | None = None) -> int:
         k = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
         if k < 1:
             raise ConfigError(f"--candidates must be >= 1, got {k}")
-        baseline = load_records(args.baseline) if args.baseline is not None else None
+        baselines = [
+            load_records(Path(part.strip()))
+            for part in (args.baseline or "").split(",")
+            if part.strip()
+        ]
         if args.records is not None:  # re-report (shards merged, paired) without a model
             merged: dict[tuple[str, str], SqlRecord] = {}
             for part in args.records.split(","):  # shards; a question twice counts once
                 for r in load_records(Path(part.strip()), first_config=False):
                     merged.setdefault((r.config, r.id), r)
             records = list(merged.values())
-            settings = {"records": args.records, "baseline": str(args.baseline)}
-            write_results(args.out, records, settings, baseline)
+            settings = {"records": args.records, "baseline": args.baseline}
+            write_results(args.out, records, settings, baselines)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
             return 0
         configs = configurations(policies, budgets, k, not args.no_linking, not args.no_binding)
@@ -513,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
                 configs,
                 model=args.model,
                 repairs=args.repairs,
-                on_record=lambda rs: write_results(args.out, rs, settings, baseline),
+                on_record=lambda rs: write_results(args.out, rs, settings, baselines),
             )
         )
     except PaskError as exc:

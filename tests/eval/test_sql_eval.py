@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,7 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     assert s["by_difficulty"]["simple"]["n"] == 2 and s["max_measured_b"] == 0.36
     assert s["mean_measured_b"] == pytest.approx(0.33)
     baseline = [record(i, "simple", i == 0, 1.0, [("a", i == 0)]) for i in range(4)]
-    report = write_results(tmp_path, records, {"policy": "full"}, baseline)
+    report = write_results(tmp_path, records, {"policy": "full"}, [baseline])
     lines = (tmp_path / "sql_eval.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == ["q0", "q1", "q2", "q3"]
     md = (tmp_path / "sql_eval.md").read_text()
@@ -253,15 +254,21 @@ def test_sample_benchmark_leaves_every_database_unchanged(tmp_path: Path) -> Non
 def test_records_mode_pairs_two_runs_without_a_model(tmp_path: Path) -> None:
     run = [record(i, "simple", i < 3, 0.3, [("a", i < 3)]) for i in range(4)]
     base = [record(i, "simple", i == 0, 1.0, [("a", i == 0)]) for i in range(4)]
+    greedy = [replace(r, config="full k=1", correct=r.id == "q1") for r in base]
     write_results(tmp_path / "run", run, {})
     write_results(tmp_path / "base", base, {})
+    write_results(tmp_path / "greedy", greedy, {})
     argv = ["--records", str(tmp_path / "run" / "sql_eval.jsonl")]
-    argv += ["--baseline", str(tmp_path / "base" / "sql_eval.jsonl")]
+    argv += ["--baseline", f"{tmp_path}/base/sql_eval.jsonl,{tmp_path}/greedy/sql_eval.jsonl"]
     assert main([*argv, "--out", str(tmp_path / "paired")]) == 0
     report = json.loads((tmp_path / "paired" / "sql_eval.json").read_text())
-    (pair,) = report["paired_vs_baseline"]
-    assert (pair["n"], pair["only_a"], pair["only_b"], pair["difference"]) == (4, 2, 0, 0.5)
-    assert "Paired against the baseline run" in (tmp_path / "paired" / "sql_eval.md").read_text()
+    first, second = report["paired_vs_baseline"]
+    assert first["baseline"] == "full k=3" and second["baseline"] == "full k=1"
+    assert (first["n"], first["only_a"], first["only_b"], first["difference"]) == (4, 2, 0, 0.5)
+    assert (second["only_a"], second["only_b"]) == (2, 0)  # q0, q2 right only in the run
+    md = (tmp_path / "paired" / "sql_eval.md").read_text()
+    assert md.count("Paired against the baseline run") == 2
+    assert "Accuracy over the baseline's: full k=3 3.00x." in md  # 3/4 over 1/4
     assert main(["--records", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "x")]) == 2
     assert not (tmp_path / "x").exists()
 
