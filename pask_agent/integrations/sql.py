@@ -7,9 +7,11 @@ policy, and the query runs on a connection that cannot change the file (``sql_db
 Each question gets several candidate queries decoded in one batch (greedy plus seeded samples);
 each runs read-only and the answer is the result set most of them return (``sql_vote.py``):
 a small model's samples agree on the right rows more often than its greedy query finds them.
-When SQLite refuses the query (a column on the wrong table is the usual slip of a small model:
-the grammar cannot tie ``T2.col`` to the table ``T2`` names, since ``FROM`` comes after the
-select list), the assistant shows the model its own query and SQLite's message and asks once
+The grammar binds columns to tables where it can: a query over one table names only that
+table's columns, and ``table.col`` only that table's. When SQLite still refuses the query (a
+column on the wrong table is the usual slip of a small model: the grammar cannot tie
+``T2.col`` to the table the alias ``T2`` names, since ``FROM`` comes after the select list),
+the assistant shows the model its own query and SQLite's message and asks once
 more (``repairs``), continuing the same conversation so the schema's KV is reused. Repairs
 are off by default: on the sample dev split (22 questions) the default model turned 1 of 6
 refused queries into one that ran, and none into a correct one, so an honest error is the
