@@ -138,18 +138,25 @@ def test_cli_prints_sql_and_rows(shop_copy: Path, capsys: pytest.CaptureFixture[
 
 @pytest.mark.slow
 def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) -> None:
-    """Greedy decoding on the default model first writes ``SUM(quantity * unit_price) FROM
-    orders`` for this question (``quantity`` lives in ``order_items``); SQLite refuses it."""
+    """Greedy decoding on the default model, under the unbound grammar, first writes
+    ``SUM(quantity * unit_price) FROM orders`` for this question (``quantity`` lives in
+    ``order_items``); SQLite refuses it. The bound grammar (the default) cannot write it."""
     question = "What is the total revenue (quantity times unit price) of delivered orders?"
 
-    async def ask_twice() -> tuple:
+    async def ask() -> tuple:
         # greedy on the plain DDL prompt: the query this test is about
-        plain = SQLiteAssistant(shop_copy, candidates=1, linking=False)
-        repairing = SQLiteAssistant(shop_copy, repairs=1, candidates=1, linking=False)
-        return await plain.ask(question), await repairing.ask(question)
+        kw: dict = {"candidates": 1, "linking": False, "bind_columns": False}
+        plain = SQLiteAssistant(shop_copy, **kw)
+        repairing = SQLiteAssistant(shop_copy, repairs=1, **kw)
+        bound = SQLiteAssistant(shop_copy, candidates=1, linking=False)
+        return await plain.ask(question), await repairing.ask(question), await bound.ask(question)
 
-    first, repaired = asyncio.run(ask_twice())
+    first, repaired, bound = asyncio.run(ask())
+    assert "FROM orders" in first.sql and "quantity" in first.sql
     assert first.error is not None and "no such column" in first.error and not first.failed
+    # Bound, the same model and prompt cannot put order_items' columns on a query of orders.
+    assert bound.error is None and bound.sql != first.sql, bound.sql
+    assert not ("FROM orders" in bound.sql and "JOIN" not in bound.sql and "quantity" in bound.sql)
     assert repaired.failed == ((first.sql, first.error),)
     # (The 0.5B model writes the same query again here: repairs are off by default.)
     assert repaired.sql == first.sql and repaired.error == first.error
