@@ -11,6 +11,14 @@ reserve are the whole mechanism. What floors force beyond the plan stays visible
 measured ``B`` (and in the plan's ``floor_excess_bytes``).
 
 A table without ``expected_output_tokens`` (the hand-written one) plans the prompt at ``B``.
+
+An answer whose tag family calibration never measured (SQL, while the table's SQL buckets are
+carried over from the hand-written prior, which holds critical tokens ``H``) is planned for
+what the table does know: its tokens stay high, and the prompt's share is sized so that even
+the longest answer the request allows (``max_new_tokens``) keeps the total within
+``B + BUDGET_TOLERANCE``, while the expected answer meets ``B``. On the SQL dev split the
+answers' realized keep was 0.96-0.98 of Full KV, so a long sampled candidate took a question's
+``B`` to 0.39 when the prompt was planned for a calibrated function-calling answer.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from pask_agent.policy.ledger import as_fraction
 from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import NUM_GROUPS, PolicyTable
+
+BUDGET_TOLERANCE = 0.03  # how far over B the longest allowed answer may take a request
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,16 +82,25 @@ class PaskSession:
     expected_answer: float | None = None
     sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
     window: int = 0
+    # An answer family calibration never measured is planned kept whole (``answer_keep`` 1.0
+    # instead of ``budget_decode``), and an answer of ``answer_cap`` tokens must still stay
+    # within B + BUDGET_TOLERANCE (None: no cap known).
+    answer_keep: float | None = None
+    answer_cap: int | None = None
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         n = len(labels)
         protected = [i < self.sinks or i >= n - self.window for i in range(n)]
         b_p = float(self.budget)
         if self.expected_answer is not None and self.budget < 1:
-            b_p = solve_prompt_budget(
-                float(self.budget), float(self.budget_decode), n, self.expected_answer,
-                self.window,
-            )  # fmt: skip
+            b = float(self.budget)
+            keep = float(self.budget_decode) if self.answer_keep is None else self.answer_keep
+            b_p = solve_prompt_budget(b, keep, n, self.expected_answer, self.window)
+            if self.answer_cap is not None:
+                worst = solve_prompt_budget(
+                    min(1.0, b + BUDGET_TOLERANCE), keep, n, self.answer_cap, self.window
+                )
+                b_p = min(b_p, worst)
         plan = self.planner.plan(labels, protected=protected, budget=b_p)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
 
@@ -102,6 +121,8 @@ def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> d
     """A session's controller, planner and budgets for one table (PASK and its ablations
     differ only in the decode lookup)."""
     total, b_d = stage_budgets(table, env.budget)
+    family = env.answer_family
+    unmeasured = family is not None and not table.decode_measured(family)
     return {
         "controller": DecodeController(table, env.costs, budget=b_d, lookup=lookup),
         "planner": PrefillPlanner(table, env.costs, budget=total),
@@ -110,6 +131,8 @@ def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> d
         "expected_answer": table.expected_output_tokens,
         "sinks": env.sinks,
         "window": env.window,
+        "answer_keep": 1.0 if unmeasured else None,
+        "answer_cap": env.max_new_tokens if unmeasured else None,
     }
 
 

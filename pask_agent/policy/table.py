@@ -220,6 +220,19 @@ class PolicyTable(_Frozen):
                 f"{self.families}"
             )
 
+    def decode_measured(self, family: str) -> bool:
+        """Whether calibration measured any of ``family``'s decode buckets (a key whose role
+        belongs to the family and is not in ``calibration.carried_over``). A hand-written
+        table, or a family carried over from the prior, was never measured."""
+        if self.source != "calibrated" or family not in self.families:
+            return False
+        roles = set(VOCABULARIES[family]["role"])
+        carried = set((self.calibration or {}).get("carried_over", ()))
+        return any(
+            len(parts := key.split("/")) > 1 and parts[1] in roles and key not in carried
+            for key in self.decode
+        )
+
     # ------------------------------------------------------------------ files
 
     def body(self) -> dict[str, Any]:

@@ -20,6 +20,9 @@ from pask_agent.grammars.tags import Tag
 logger = logging.getLogger(__name__)
 
 
+_TAG_FAMILY = {"tools": "function_calling", "json": "function_calling", "sql": "sql"}
+
+
 @dataclass(frozen=True)
 class OutputSpec:
     """What the answer must look like and how to tag it.
@@ -32,6 +35,11 @@ class OutputSpec:
     compiled: xgr.CompiledGrammar | None
     new_tagger: Callable[[], Any] | None = None
     payload: Any = None  # the tools / schema / SQL schema this spec was built from
+
+    @property
+    def tag_family(self) -> str | None:
+        """The tag vocabulary the answer's tagger speaks (None: free text, untagged)."""
+        return _TAG_FAMILY.get(self.kind)
 
     def start(self) -> Constraint:
         matcher = xgr.GrammarMatcher(self.compiled) if self.compiled is not None else None

@@ -123,7 +123,13 @@ class Runtime:
             self._memo["identity"] = (model_id_of(self._loaded), tok_hash)
         return self._memo["identity"]
 
-    def _session(self, policy: str | Policy | None, budget: float | None) -> Any:
+    def _session(
+        self,
+        policy: str | Policy | None,
+        budget: float | None,
+        spec: OutputSpec | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Any:
         chosen = self.default_policy if policy is None else _resolve_policy(policy)
         env = PolicyEnv(
             self.costs,
@@ -131,6 +137,8 @@ class Runtime:
             self.engine.config.window,
             self.default_budget if budget is None else check_budget(budget),
             *self._served_identity(),
+            answer_family=None if spec is None else spec.tag_family,
+            max_new_tokens=max_new_tokens,
         )
         return chosen, chosen.start(env)
 
@@ -214,11 +222,13 @@ class Runtime:
         ``record_traces`` appends this turn to a trace file (default:
         ``RuntimeConfig.record_traces``)."""
         params = SamplingParams(max_new_tokens, temperature, top_p, seed, ignore_eos)
-        chosen, session = self._session(policy, budget)
+        chosen = self.default_policy if policy is None else _resolve_policy(policy)
         ids, labels, tool_spec = self.prepare(
             messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
         )
         spec = spec or tool_spec
+        # the policy plans the prompt knowing which kind of answer, and how long, may follow
+        chosen, session = self._session(chosen, budget, spec, max_new_tokens)
         # never queue what cannot run, measured by what this policy would keep
         self.engine.check_request(len(ids), max_new_tokens, session, labels)
         if conversation is not None:
