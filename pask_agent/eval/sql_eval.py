@@ -6,6 +6,7 @@
     python -m pask_agent.eval.sql_eval --split test --candidates 1 --no-linking  # old assistant
     python -m pask_agent.eval.sql_eval --bird PATH --limit 50            # a BIRD dev folder
     python -m pask_agent.eval.sql_eval --records A.jsonl --baseline B.jsonl,C.jsonl --out DIR
+    python -m pask_agent.eval.sql_eval --records A.jsonl --revote 4 --out DIR  # first 4 of k
 
 A question counts as correct when the chosen query's rows equal the gold query's rows: as sets
 (BIRD's rule, duplicates ignored) unless the gold query orders its result (a top-level
@@ -28,11 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +276,26 @@ def k_curve(records: Sequence[SqlRecord], ks: Sequence[int]) -> dict[int, float]
     return out
 
 
+def revote(record: SqlRecord, k: int) -> SqlRecord:
+    """The record as a run with only its first ``k`` candidates would have scored it: the same
+    vote (``tally``) over fewer candidates. ``measured_b`` stays the whole run's worst
+    candidate's, an upper bound for the first ``k``."""
+    cands = [dict(c) for c in record.candidates[:k]]
+    votes, best = tally([c["digest"] for c in cands])
+    for c, v in zip(cands, votes, strict=True):
+        c["votes"] = v
+    chosen = cands[0] if best is None else cands[best]
+    config = re.sub(r"\bk=\d+", f"k={len(cands)}", record.config)
+    return replace(
+        record,
+        config=config,
+        predicted_sql=chosen["sql"],
+        correct=best is not None and bool(chosen["correct"]),
+        error=chosen["error"] if best is None else None,
+        candidates=cands,
+    )
+
+
 def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
     """Per configuration: accuracy overall, by difficulty and by database; measured B."""
     by_config: dict[str, list[SqlRecord]] = defaultdict(list)
@@ -490,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--records", default=None, help="report earlier runs' JSONL files, comma-separated"
     )
+    parser.add_argument(
+        "--revote", type=int, default=None, help="with --records: vote among the first K only"
+    )
     parser.add_argument("--shard", default=None, help="I/N: every N-th question from the I-th")
     parser.add_argument("--db", default=None, help="one sample database's questions only")
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
@@ -516,7 +541,11 @@ def main(argv: list[str] | None = None) -> int:
                 for r in load_records(Path(part.strip()), first_config=False):
                     merged.setdefault((r.config, r.id), r)
             records = list(merged.values())
-            settings = {"records": args.records, "baseline": args.baseline}
+            if args.revote is not None:
+                if args.revote < 1:
+                    raise ConfigError(f"--revote must be >= 1, got {args.revote}")
+                records = [revote(r, args.revote) for r in records]
+            settings = {"records": args.records, "baseline": args.baseline, "revote": args.revote}
             write_results(args.out, records, settings, baselines)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
             return 0

@@ -26,6 +26,7 @@ from pask_agent.eval.sql_eval import (
     k_curve,
     main,
     results_match,
+    revote,
     summarize,
     write_results,
 )
@@ -95,6 +96,26 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     (pair,) = report["paired_vs_baseline"]
     assert (pair["only_a"], pair["only_b"], pair["difference"]) == (1, 0, 0.25)
     assert (tmp_path / "sql_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_revote_scores_a_run_as_if_it_had_fewer_candidates(tmp_path: Path) -> None:
+    r = record(0, "simple", True, 0.3, [("a", False), ("b", True), ("b", True)])
+    two = revote(r, 2)  # a and b one vote each: greedy wins the tie
+    assert two.config == "full k=2" and not two.correct and len(two.candidates) == 2
+    assert [c["votes"] for c in two.candidates] == [1, 1]
+    assert revote(r, 3).correct and revote(r, 3).config == "full k=3"
+    failed = record(1, "simple", False, 0.3, [(None, False), ("c", True), ("d", False)])
+    one = revote(failed, 1)
+    assert one.error == "x" and not one.correct
+    records = [r, failed]
+    k_curve_of_run = k_curve(records, [1, 2, 3])
+    for k in (1, 2, 3):  # the same numbers as the k-curve of the full run
+        (s,) = summarize([revote(x, k) for x in records])
+        assert s["overall"]["accuracy"] == k_curve_of_run[k]
+    write_results(tmp_path / "run", records, {})
+    argv = ["--records", str(tmp_path / "run" / "sql_eval.jsonl"), "--revote", "2"]
+    assert main([*argv, "--out", str(tmp_path / "k2")]) == 0
+    assert "| full k=2 |" in (tmp_path / "k2" / "sql_eval.md").read_text()
 
 
 def test_binding_errors_count_sqlite_column_refusals_only() -> None:
