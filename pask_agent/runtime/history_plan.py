@@ -8,7 +8,8 @@ plans its whole prompt, history labelled by structure (``grammars/json/history_s
 and every reused token the plan keeps less of moves down to the plan: H to INT4 or released,
 INT4 released, an old call's scaffold before its names. Nothing moves up (released KV is
 gone), sinks and the recent window stay as the store protects them, and the new suffix keeps
-the plan the engine made for it at admission.
+the plan the engine made for it at admission: its part of the same whole-prompt plan
+(``admission.plan_rows``).
 """
 
 from __future__ import annotations
