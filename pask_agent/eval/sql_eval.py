@@ -265,15 +265,10 @@ def binding_errors(records: Sequence[SqlRecord]) -> dict[str, int]:
 
 def k_curve(records: Sequence[SqlRecord], ks: Sequence[int]) -> dict[int, float]:
     """Accuracy had only the first k candidates voted (greedy first, seeds in order)."""
-    out = {}
-    for k in ks:
-        hits = 0
-        for r in records:
-            cands = r.candidates[:k]
-            _, best = tally([c["digest"] for c in cands])
-            hits += best is not None and bool(cands[best]["correct"])
-        out[k] = round(hits / len(records), 4) if records else 0.0
-    return out
+    return {
+        k: round(sum(revote(r, k).correct for r in records) / len(records), 4) if records else 0.0
+        for k in ks
+    }
 
 
 def revote(record: SqlRecord, k: int) -> SqlRecord:

@@ -100,16 +100,17 @@ def plan_rows(
     window: int,
     keep: int = 0,
 ) -> tuple[np.ndarray, list[Actions]]:
-    """The new tokens' part of the session's plan of the whole prompt ``labels`` (the first
-    ``keep`` are reused), and the ``[2, 3]`` rows it reserves. The whole prompt is planned
+    """The session's plan of the whole prompt ``labels`` and the ``[2, 3]`` rows its new
+    tokens (all but the first ``keep``, which are reused) reserve. The whole prompt is planned
     even when most of it is reused: planned alone, a conversation's new suffix would be a
     prompt of its own, its first tokens kept as sinks and its budget solved for its length,
     not the turn's (``history_plan.py`` brings the reused part down to the same plan)."""
-    plan = list(session.plan_prefill(labels))[keep:]
+    plan = list(session.plan_prefill(labels))
     decode = decode_demand(session, costs)
     rows = request_rows(
-        plan, decode, costs, start=keep, sinks=sinks, window=window, max_new_tokens=max_new_tokens
-    )
+        plan[keep:], decode, costs, start=keep, sinks=sinks, window=window,
+        max_new_tokens=max_new_tokens,
+    )  # fmt: skip
     return rows, plan
 
 

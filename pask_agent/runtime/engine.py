@@ -226,12 +226,13 @@ class Engine:
         self.store.truncate(st.seq_id, keep)
         st.ids_in_store = st.ids_in_store[:keep]
         r.prefill_pos = r.reused = keep
-        if keep and r.labels is not None and r.policy.needs_labels:  # history_plan.py
-            for d in history_demotions(self.store, st.seq_id, st.session, r.labels, keep):
-                self.store.demote(st.seq_id, d.group, d.positions, d.action)
         if r.plan is None or r.plan_keep != keep:
             self._reserve_for(r)
-        self.store.schedule_many(st.seq_id, keep, r.plan or [])
+        plan = r.plan or []
+        if keep and r.labels is not None and r.policy.needs_labels:  # history_plan.py
+            for d in history_demotions(self.store, st.seq_id, plan, keep):
+                self.store.demote(st.seq_id, d.group, d.positions, d.action)
+        self.store.schedule_many(st.seq_id, keep, plan[keep:])
         r.constraint = r.spec.start()
         r.stream = TokenTextStream(self.tokenizer)
         if r.params.seed is not None:

@@ -24,14 +24,13 @@ from pask_agent.runtime.kv_store import KVStore
 
 
 def history_demotions(
-    store: KVStore, seq_id: str, session: object, labels: Sequence[str], keep: int
+    store: KVStore, seq_id: str, plan: Sequence[Sequence[Action]], keep: int
 ) -> list[Demotion]:
     """Demotions that bring positions ``[sinks, min(keep, settled))`` of ``seq_id`` down to
-    ``session``'s plan of the whole prompt ``labels`` (see the module doc)."""
+    ``plan``, the session's plan of the whole prompt made at admission (see the module doc)."""
     lo, hi = store.config.sinks, min(keep, store.settled(seq_id))
     if hi <= lo:
         return []
-    plan = session.plan_prefill(labels)  # type: ignore[attr-defined]
     target = np.array([[int(a) for a in row] for row in plan[lo:hi]], dtype=np.int64)
     positions = np.arange(lo, hi)
     out: list[Demotion] = []

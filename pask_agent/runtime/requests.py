@@ -134,7 +134,7 @@ class Request:
     stream: TokenTextStream | None = None
     demand_bytes: int = 0  # reserved KV capacity (grows if the request outruns it)
     demand_rows: Any = None  # [2, 3] int64 pool rows behind demand_bytes (admission.py)
-    plan: list | None = None  # prefill plan of prompt_ids[plan_keep:], made at admission
+    plan: list | None = None  # prefill plan of all prompt_ids, made at admission
     plan_keep: int = -1
     tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
     # Parity checks compare every step's raw logits with transformers' own: keep them (a [V]

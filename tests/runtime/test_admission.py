@@ -151,9 +151,9 @@ def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:
 
 
 def test_a_reused_turn_plans_its_suffix_as_part_of_the_whole_prompt(tiny) -> None:
-    """A conversation's next turn reuses ``keep`` tokens; its new tokens get their part of the
-    whole prompt's plan, not a plan of their own (which would keep the suffix's first tokens
-    as sinks and solve its budget for the suffix's length)."""
+    """A conversation's next turn reuses ``keep`` tokens; the whole prompt is planned and the
+    new tokens reserve and keep their part of it, not a plan of their own (which would keep
+    the suffix's first tokens as sinks and solve its budget for the suffix's length)."""
     engine = Engine(tiny, RuntimeConfig(kv_capacity_bytes=64 << 20))
     cfg = engine.config
     ids, labels = _prompt(tiny)
@@ -161,9 +161,9 @@ def test_a_reused_turn_plans_its_suffix_as_part_of_the_whole_prompt(tiny) -> Non
     keep = len(ids) - 40
     whole = list(session.plan_prefill(labels))
     _, plan = plan_rows(session, labels, NEW, engine.costs, cfg.sinks, cfg.window, keep)
-    assert plan == whole[keep:]
+    assert plan == whole
     alone = list(session.plan_prefill(labels[keep:]))
     cost = engine.costs.token_cost
     # planned alone, the suffix kept its first tokens whole as if they were sinks
     assert all(cost(a) == engine.costs.full_bytes_per_token for a in alone[: cfg.sinks])
-    assert sum(cost(a) for a in plan) < sum(cost(a) for a in alone)
+    assert sum(cost(a) for a in plan[keep:]) < sum(cost(a) for a in alone)
