@@ -40,6 +40,7 @@ from pask_agent.policy import pask  # noqa: F401 - registers the policies
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.registry import get_policy
 from pask_agent.runtime.admission import requests_that_fit
+from pask_agent.runtime.cpu_linear import step_weight_bytes
 from pask_agent.runtime.engine import Engine, Failed, Finished, Request, RuntimeConfig
 from pask_agent.runtime.models import LoadedModel, load_model
 from pask_agent.runtime.requests import SamplingParams
@@ -90,11 +91,6 @@ def measure_bandwidth(mib: int = 512, repeats: int = 5) -> float:
         x.sum()
         best = min(best, time.perf_counter() - t)
     return x.numel() * x.element_size() / best
-
-
-def weight_bytes(model: Any) -> int:
-    """Bytes of the model's parameters (tied weights once): what every decode step reads."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def _rss_bytes() -> int:
@@ -222,7 +218,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
     levels = [int(x) for x in args.concurrency.split(",")]
     sizes = [int(x) for x in str(args.prompt_tokens).split(",")]
     rt = Runtime(loaded, config=RuntimeConfig(max_batch=max(levels)))
-    bandwidth, weights = measure_bandwidth(), weight_bytes(loaded.model)
+    bandwidth, weights = measure_bandwidth(), step_weight_bytes(loaded.model)
     warm = make_prompts(rt, 32, 1)
     rows = []
     for n in sizes:

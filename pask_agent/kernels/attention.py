@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from pask_agent.kernels import decode_attention
 from pask_agent.kernels.attention_inputs import KeyScores, PoolView, check_attention_inputs
 from pask_agent.kernels.int4 import BACKENDS, unpack_int4_unchecked
 
@@ -93,9 +94,11 @@ def mixed_attention_ref(
 ) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
     """Attention of B ragged sequences over high (bf16), low (INT4) and current K/V (reference).
 
-    This is also the CPU production path: a Python loop over sequences and low-pool blocks,
-    batched matmuls over gathered rows everywhere else, fp32 throughout. The gathers and the
-    INT4 unpacking run once for the whole batch (``HOIST_ROWS``); the loop only slices.
+    This is also the CPU production path, fp32 throughout. Sequences with a few queries (decode
+    steps) are attended together in padded batches (``decode_attention.py``) unless key scores
+    are asked for; the others go through a Python loop over sequences and low-pool blocks,
+    batched matmuls over gathered rows everywhere else. When every sequence takes the loop,
+    the gathers and the INT4 unpacking run once for the whole batch (``HOIST_ROWS``).
 
     Parameters
     ----------
@@ -140,14 +143,27 @@ def mixed_attention_ref(
         mass_high = torch.zeros((high.slots.shape[0], n_kvh), device=q.device)
         mass_low = torch.zeros((low.slots.shape[0], n_kvh), device=q.device)
         mass_cur = torch.zeros((n_tok, n_kvh), device=q.device)
+    n_seq = len(q_off) - 1
+    masses = None
+    if return_key_scores:
+        masses = {"high": mass_high, "low": mass_low, "cur": mass_cur}
+    # sequences with a few queries (decode steps): one padded batch for all of them
+    small = decode_attention.SMALL_QUERIES
+    batched = [b for b in range(n_seq) if 0 < q_off[b + 1] - q_off[b] <= small]
+    decode_attention.attend_small_queries(
+        out, batched, (q_off, h_off, l_off), q, q_pos, cur_k, cur_v, high_k, high_v, high,
+        (low_k_codes, low_v_codes, low_k_scales, low_v_scales), low, scale=scale, masses=masses,
+    )  # fmt: skip
+    looped = sorted(set(range(n_seq)) - set(batched))
     cur_kf, cur_vf = cur_k.float(), cur_v.float()
-    hoist = high.slots.shape[0] + low.slots.shape[0] <= HOIST_ROWS
+    # the per-sequence gathers are hoisted only when every sequence goes through the loop
+    hoist = not batched and high.slots.shape[0] + low.slots.shape[0] <= HOIST_ROWS
     if hoist:  # [Mh, Hkv, D] and [Ml, Hkv, D] fp32, sequence b's rows at its offsets
         all_hk, all_hv = high_k[high.slots].float(), high_v[high.slots].float()
         all_lk = unpack_int4_unchecked(low_k_codes[low.slots], low_k_scales[low.slots], dim)
         all_lv = unpack_int4_unchecked(low_v_codes[low.slots], low_v_scales[low.slots], dim)
 
-    for b in range(len(q_off) - 1):
+    for b in looped:
         t0, t1 = q_off[b], q_off[b + 1]
         n_q = t1 - t0
         if n_q == 0:

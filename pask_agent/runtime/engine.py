@@ -38,7 +38,9 @@ from pask_agent.runtime.admission import (
     rows_bytes,
 )
 from pask_agent.runtime.constraint import tag_key
+from pask_agent.runtime.cpu_linear import prepack_linear_layers
 from pask_agent.runtime.history_plan import history_demotions
+from pask_agent.runtime.host_memory import retain_freed_host_memory
 from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
 from pask_agent.runtime.logit_masks import LogitMasks
@@ -83,11 +85,15 @@ class Engine:
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         cfg = self.config
+        if cfg.retain_host_memory:
+            retain_freed_host_memory()
+        if cfg.onednn_linear:
+            prepack_linear_layers(self.model)
         self.capacity_bytes = cfg.kv_capacity_bytes or default_capacity_bytes(
             self.costs, cfg.max_batch, self.context_tokens
         )
         store_config = StoreConfig(cfg.sinks, cfg.window)
-        self.store = KVStore(self.layout, store_config, capacity_bytes=self.capacity_bytes)
+        self.store = KVStore(lay, store_config, capacity_bytes=self.capacity_bytes)
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
         self.vocab_size = int(self.model.config.vocab_size)
@@ -390,7 +396,4 @@ class Engine:
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    return next((i for i in range(n) if a[i] != b[i]), n)

@@ -300,3 +300,37 @@ def test_bad_inputs_raise_value_errors(impl: KernelImpl) -> None:
         call(high=replace(inputs["high"], positions=inputs["high"].positions[:-1]))
     with pytest.raises(TypeError, match="uint8"):
         call(low_v_codes=inputs["low_v_codes"].to(torch.int16))
+
+
+@pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
+@pytest.mark.parametrize("batch_rows", [1 << 15, 8], ids=["one_batch", "split_batches"])
+def test_decode_batches_match_the_per_sequence_loop(
+    name: str, batch_rows: int, monkeypatch
+) -> None:
+    """Sequences with few queries are attended in padded batches (``decode_attention.py``):
+    INT4 keys as nibble matmuls times their scales, one softmax per batch. Outputs and key
+    scores equal the per-sequence loop's to fp32 rounding, whether the step fits one batch or
+    is split into several."""
+    import pask_agent.kernels.decode_attention as decode_attention
+
+    case = CASES[name]
+    inputs = build_inputs(case, seed=5)
+    scale = case.dim**-0.5
+    monkeypatch.setattr(decode_attention, "BATCH_ROWS", batch_rows)
+    batched, batched_scores = mixed_attention_ref(**inputs, scale=scale, return_key_scores=True)
+    monkeypatch.setattr(decode_attention, "SMALL_QUERIES", 0)
+    looped, looped_scores = mixed_attention_ref(**inputs, scale=scale, return_key_scores=True)
+    assert _rel_err(batched, looped) <= 1e-5
+    for part in ("high", "low", "cur"):
+        torch.testing.assert_close(
+            getattr(batched_scores, part), getattr(looped_scores, part), rtol=1e-4, atol=1e-6
+        )
+
+
+def test_decode_batch_with_a_long_chunk_in_the_same_step() -> None:
+    """A step that mixes decoding sequences with a prefill chunk: the chunk goes through the
+    loop, the others through the padded batch, and every token gets the dense answer."""
+    case = Case((1, 40, 1, 2), (30, 5, 0, 7), (50, 20, 9, 0), 6, 2, 64)
+    inputs = build_inputs(case, seed=6)
+    want, _ = dense_attention(inputs, 0.2)
+    assert _rel_err(mixed_attention_ref(**inputs, scale=0.2), want) <= 1e-5

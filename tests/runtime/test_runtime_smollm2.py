@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from engine_greedy import greedy
 
 from pask_agent.errors import ConfigError
 from pask_agent.runtime.engine import RuntimeConfig
@@ -26,6 +27,27 @@ def _msgs(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
+NEAR_TIE = 0.02
+"""Logit gap below which two greedy choices count as tied to fp32 rounding. A batched row goes
+through matmuls of other shapes than a lone row, so its rounding differs (MKL's and oneDNN's
+alike); greedy tokens may then part where two candidates are that close. A wider gap where
+they part means one sequence's rows leaked into another's."""
+
+
+def _same_or_near_tie(engine, prompt_ids: list[int], solo: tuple, other: tuple) -> None:
+    """``other`` equals ``solo``, or they part where the solo run's own logits (replayed
+    alone through the same engine) put the two choices within ``NEAR_TIE``."""
+    if other == solo:
+        return
+    pairs = enumerate(zip(solo, other, strict=False))
+    i = next((k for k, (a, b) in pairs if a != b), min(len(solo), len(other)))
+    (end,) = greedy(engine, [prompt_ids + list(solo[:i])], max_new_tokens=1, keep_logits=True)
+    logits = end.step_logits[0].float()
+    stop = max(float(logits[t]) for t in engine.stop_ids)  # a shorter run chose to stop
+    choice = [float(logits[seq[i]]) if i < len(seq) else stop for seq in (solo, other)]
+    assert abs(choice[0] - choice[1]) < NEAR_TIE, (i, choice, solo, other)
+
+
 def test_batching_is_exact_and_cancellation_frees_kv(smollm2) -> None:
     async def main() -> None:
         async with Runtime.open(smollm2) as rt:
@@ -38,7 +60,9 @@ def test_batching_is_exact_and_cancellation_frees_kv(smollm2) -> None:
             async with anyio.create_task_group() as tg:
                 for i in range(8):
                     tg.start_soon(one, i)
-            assert batched == solo  # 8 prompts of different lengths, one forward per step
+            ids = [rt.prepare(_msgs(p), None, "auto", True, labels=False)[0] for p in PROMPTS]
+            for i in range(8):  # 8 prompts of different lengths, one forward per step
+                _same_or_near_tie(rt.engine, ids[i], solo[i], batched[i])
             assert rt.engine.store.live_bytes() == 0
 
             # 16 concurrent calls; cancel 8 of them mid-generation
@@ -72,7 +96,7 @@ def test_batching_is_exact_and_cancellation_frees_kv(smollm2) -> None:
             kept = sorted(done)
             assert all(i % 2 == 0 for i in kept) and len(kept) == 8
             for i in kept:
-                assert done[i] == solo[i % 8]
+                _same_or_near_tie(rt.engine, ids[i % 8], solo[i % 8], done[i])
             assert rt.engine.store.live_bytes() == 0
             assert not rt.engine.live and not rt.engine.inbox
 
