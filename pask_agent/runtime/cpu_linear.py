@@ -9,7 +9,13 @@ the MLP projections gain 1.4-1.9x. Batching 8 requests then costs far less than 
 
 ``prepack_linear_layers`` swaps each ``nn.Linear`` for a ``OneDNNLinear`` in place. The dense
 weight is released, except where another module shares it (a tied output head keeps the
-embedding dense and adds a oneDNN copy). Outputs differ from ``nn.Linear`` by fp32 rounding.
+embedding dense and adds a oneDNN copy: 545 MB more for the default model). Outputs differ
+from ``nn.Linear`` by fp32 rounding.
+
+The other parameters (embedding, norms) are copied into ordinary memory first. A model loaded
+from safetensors keeps its whole checkpoint file mapped while any tensor still points into it,
+so without the copy every page the conversion read would stay resident: 4.2 GB of RSS for the
+default model instead of 2.8 GB.
 """
 
 from __future__ import annotations
@@ -71,12 +77,12 @@ def prepack_linear_layers(model: nn.Module) -> int:
         if _eligible(child)
     ]
     linears = {id(child) for _, _, child in swaps}
-    others = {
-        p.data_ptr()
-        for m in model.modules()
-        if id(m) not in linears
-        for p in m.parameters(recurse=False)
-    }
+    rest = [m for m in model.modules() if id(m) not in linears]
+    with torch.no_grad():  # out of the checkpoint's file mapping (see the module docstring)
+        for module in rest:
+            for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+                t.data = t.data.clone()
+    others = {p.data_ptr() for m in rest for p in m.parameters(recurse=False)}
     for parent, name, child in swaps:
         shared = child.weight.data_ptr() in others
         setattr(parent, name, OneDNNLinear(child, shared=shared))

@@ -4,7 +4,10 @@ embedding, weight bytes counted as before, and other dtypes left alone."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
+import pytest
 import torch
 from tiny_models import tiny_qwen2
 from torch import nn
@@ -50,3 +53,26 @@ def test_other_dtypes_are_left_as_they_are() -> None:
     model = tiny_qwen2().to(torch.bfloat16)
     assert prepack_linear_layers(model) == 0
     assert _linears(model) > 0
+
+
+PROBE = """
+from pask_agent.runtime.cpu_linear import prepack_linear_layers
+from pask_agent.runtime.models import load_model
+
+loaded = load_model("default")
+replaced = prepack_linear_layers(loaded.model)
+fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+print(replaced, int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_default_model_leaves_its_checkpoint_pages_behind() -> None:
+    """On the real default model: every linear layer is converted, and the checkpoint pages the
+    conversion read do not stay resident (the file mapping is let go), so the process holds
+    the oneDNN weights plus the embedding, not the checkpoint on top."""
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    replaced, anon_kib, file_kib = (int(x) for x in done.stdout.split())
+    assert replaced == 24 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the head
+    assert file_kib < 256 * 1024  # under 256 MiB of file-backed pages
+    assert anon_kib < 3.2 * 1024 * 1024  # 2.5 GB of oneDNN weights + 0.55 GB embedding
