@@ -17,7 +17,9 @@ What a row measures (one row per policy × prompt size × concurrency):
   ``allocated_kv_bytes``: the preallocated pools; ``rss_peak_bytes``: the process's resident
   memory, sampled after every step (the largest sample).
 * ``host_overhead_pct``: in decode steps, the step's wall time outside the model forward
-  (admission, store bookkeeping, masks, sampling, tagger, policy hooks) over the step's time.
+  (admission, store bookkeeping, masks, sampling, tagger, policy hooks) over the step's time;
+  ``host_ms_per_step``: the same time in milliseconds per decode step (flat in history when
+  the bookkeeping does not grow with it).
 * ``roofline_pct``: in decode steps, the time the step's unavoidable memory traffic takes, the
   model's weights plus the retained KV payload at the bandwidth the bench measures itself
   (``measure_bandwidth``), over the step's time: 100 % is a step that only streams memory.
@@ -197,6 +199,7 @@ def run_level(
         ),
         "rss_peak_bytes": rss,
         "host_overhead_pct": round(100 * host_s / decode_s, 2) if decode_s else None,
+        "host_ms_per_step": round(1000 * host_s / steps, 3) if steps else None,
         "roofline_pct": round(100 * roof_s / decode_s, 2) if decode_s else None,
         "shed_events": engine.shed_events - sheds,
     }

@@ -29,6 +29,7 @@ COLUMNS = (
     ("allocated_kv_mib", "allocated KV MiB"),
     ("rss_peak_mib", "peak RSS MiB"),
     ("host_overhead_pct", "host overhead %"),
+    ("host_ms_per_step", "host ms / step"),
     ("roofline_pct", "roofline %"),
 )
 
@@ -63,7 +64,7 @@ def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
             "allocated_kv_mib": _mib(r["allocated_kv_bytes"]),
             "rss_peak_mib": _mib(r["rss_peak_bytes"]),
         }
-        lines.append("| " + " | ".join(str(cells[k]) for k, _ in COLUMNS) + " |")
+        lines.append("| " + " | ".join(str(cells.get(k, "–")) for k, _ in COLUMNS) + " |")
     lines += [
         "",
         "Decode tok/s: tokens sampled in decode steps (every running request feeds one token) "

@@ -15,7 +15,7 @@ from pask_agent.eval.provenance import provenance
 FIELDS = {
     "policy", "concurrency", "prompt_tokens", "decode_tok_s", "tpot_s", "ttft_s",
     "peak_kv_bytes", "allocated_kv_bytes", "rss_peak_bytes", "admitted_max",
-    "host_overhead_pct", "roofline_pct", "measured_b", "e2e_tok_s",
+    "host_overhead_pct", "host_ms_per_step", "roofline_pct", "measured_b", "e2e_tok_s",
 }  # fmt: skip
 
 
@@ -36,6 +36,7 @@ def test_bench_rows_compare_policies(smollm2, tmp_path: Path) -> None:
         assert r["prompt_tokens"] == 160 and r["admitted_max"] == r["concurrency"]
         assert r["fits_at_once"] > r["concurrency"]  # the default capacity: room to spare
         assert r["decode_tok_s"] > 0 and 0 < r["roofline_pct"] and 0 <= r["host_overhead_pct"] < 100
+        assert 0 < r["host_ms_per_step"] < 1000 * r["tpot_s"] * 2
         assert 0 < r["peak_kv_bytes"] <= r["allocated_kv_bytes"] < r["rss_peak_bytes"]
         assert r["shed_events"] == 0
     peak = {(r["policy"], r["concurrency"]): r["peak_kv_bytes"] for r in rows}
