@@ -51,7 +51,12 @@ def _label(obj: Any, attr: str, name: str) -> None:
     setattr(obj, attr, wrapped)
 
 
-def _engine(loaded: Any, c: int, prompt_tokens: int, policy: str, budget: float) -> Engine:
+def _engine(
+    loaded: Any, c: int, prompt_tokens: int, policy: str, budget: float, new_tokens: int
+) -> Engine:
+    """An engine whose ``c`` requests have all been admitted and prefilled, each with room for
+    ``new_tokens`` more (asking for more than the steps use would reserve KV the default
+    capacity may not have for all ``c`` at once, and the last ones would wait)."""
     config = RuntimeConfig(prefill_chunk_tokens=c * prompt_tokens, max_batch=c)
     engine = Engine(loaded, config)
     pol = get_policy(policy)()
@@ -59,9 +64,12 @@ def _engine(loaded: Any, c: int, prompt_tokens: int, policy: str, budget: float)
     for i in range(c):
         ids = [(7 * i + 13 * j) % 5000 + 200 for j in range(prompt_tokens)]
         session = pol.start(PolicyEnv(engine.costs, cfg.sinks, cfg.window, budget))
-        params = SamplingParams(max_new_tokens=10_000, ignore_eos=True)
+        params = SamplingParams(max_new_tokens=new_tokens, ignore_eos=True)
         engine.inbox.append(Request(ids, None, TEXT, params, engine.new_sequence(session), pol))
-    while any(r.prefill_pos < len(r.prompt_ids) for r in engine.live) or engine.inbox:
+    engine.step()  # admits and prefills every request in one chunk
+    if engine.inbox or len(engine.live) != c:
+        raise RuntimeError(f"only {len(engine.live)} of {c} requests were admitted at once")
+    while any(r.prefill_pos < len(r.prompt_ids) for r in engine.live):
         engine.step()
     return engine
 
@@ -69,7 +77,7 @@ def _engine(loaded: Any, c: int, prompt_tokens: int, policy: str, budget: float)
 def measure(
     loaded: Any, c: int, prompt_tokens: int, steps: int, policy: str, budget: float
 ) -> dict[str, Any]:
-    engine = _engine(loaded, c, prompt_tokens, policy, budget)
+    engine = _engine(loaded, c, prompt_tokens, policy, budget, new_tokens=2 * steps + 8)
     for _ in range(2):  # warm
         engine.step()
     t0 = time.perf_counter()
