@@ -54,6 +54,13 @@ def _masked(scores: torch.Tensor, key_pos: torch.Tensor, row_pos: torch.Tensor) 
     return scores.masked_fill(hidden[None], float("-inf"))
 
 
+def _scores(
+    qg: torch.Tensor, keys: torch.Tensor, scale: float, key_pos: torch.Tensor, row_pos: torch.Tensor
+) -> torch.Tensor:
+    """``qg [Hkv, S, R, D]`` against fp32 ``keys [Hkv, S, C, D]``: masked scaled scores."""
+    return _masked(torch.matmul(qg, keys.transpose(-1, -2)) * scale, key_pos, row_pos)
+
+
 def _split_nibbles(codes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Packed bytes ``[..., D/2]`` -> signed low and high nibbles as fp32 (even, odd dims)."""
     signed = codes.view(torch.int8)
@@ -89,86 +96,19 @@ class _Part:
         return torch.stack((torch.matmul(p, lo), torch.matmul(p, hi)), dim=-1).flatten(-2)
 
 
-def _attend_batch(
-    out: torch.Tensor,
-    seqs: list[int],
-    offsets: tuple[list[int], list[int], list[int]],
-    q: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_codes: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    low: PoolView,
-    scale: float,
-    masses: dict[str, torch.Tensor] | None,
-) -> None:
-    q_off, h_off, l_off = offsets
-    n_qh, dim = q.shape[1], q.shape[2]
-    n_kvh = cur_k.shape[1]
-    group = n_qh // n_kvh
-
-    # queries: [Hkv, S, R, D] with row r = g * Tq + t, padding rows at PAD_POSITION
-    t_idx, t_valid = _padded(q_off, seqs)
-    n_s, n_t = t_idx.shape
-    qg = q[t_idx].float().reshape(n_s, n_t, n_kvh, group, dim).permute(2, 0, 3, 1, 4)
-    qg = qg.reshape(n_kvh, n_s, group * n_t, dim)
-    t_pos = torch.where(t_valid, q_pos[t_idx], PAD_POSITION)
-    row_pos = t_pos.repeat(1, group)  # [S, R]
-
-    def dense(keys: torch.Tensor, key_pos: torch.Tensor) -> torch.Tensor:
-        return _masked(torch.matmul(qg, keys.transpose(-1, -2)) * scale, key_pos, row_pos)
-
-    ck, cv = (_rows(x, t_idx).float() for x in (cur_k, cur_v))  # [Hkv, S, Tq, D]
-    parts = [_Part("cur", dense(ck, t_pos), cv, None, t_idx, t_valid)]
-
-    h_idx, h_valid = _padded(h_off, seqs)
-    if h_idx.shape[1]:
-        slots = high.slots[h_idx]
-        key_pos = torch.where(h_valid, high.positions[h_idx], PAD_POSITION)
-        hk, hv = (_rows(x, slots).float() for x in (high_k, high_v))
-        parts.append(_Part("high", dense(hk, key_pos), hv, None, h_idx, h_valid))
-
-    l_idx, l_valid = _padded(l_off, seqs)
-    if l_idx.shape[1]:
-        k_codes, v_codes, k_scales, v_scales = low_codes
-        slots = low.slots[l_idx]
-        key_pos = torch.where(l_valid, low.positions[l_idx], PAD_POSITION)
-        k_scale, v_scale = (
-            _rows(x, slots).float().squeeze(-1)[:, :, None, :] for x in (k_scales, v_scales)
-        )  # [Hkv, S, 1, C]
-        if dim % 2 == 0:
-            lo, hi = _split_nibbles(_rows(k_codes, slots))  # [Hkv, S, C, D/2] each
-            q_even, q_odd = qg[..., 0::2].contiguous(), qg[..., 1::2].contiguous()
-            raw = torch.matmul(q_even, lo.transpose(-1, -2))
-            raw = raw + torch.matmul(q_odd, hi.transpose(-1, -2))
-            lv = _rows(v_codes, slots)
-        else:  # odd head dim: the last byte holds one value, unpack the ordinary way
-            unit = torch.ones((), device=q.device)
-            lk = unpack_int4_unchecked(_rows(k_codes, slots), unit, dim)
-            raw = torch.matmul(qg, lk.transpose(-1, -2))
-            lv = unpack_int4_unchecked(_rows(v_codes, slots), unit, dim)
-        scores = _masked(raw * (k_scale * scale), key_pos, row_pos)
-        parts.append(_Part("low", scores, lv, v_scale, l_idx, l_valid))
-
-    probs = torch.softmax(torch.cat([p.scores for p in parts], dim=-1), dim=-1)
-    if masses is not None:  # per key: probability summed over real query rows and group heads
-        real_rows = t_valid.repeat(1, group)[None, :, :, None]  # [1, S, R, 1]
-        mass = (probs * real_rows).sum(dim=2).permute(1, 2, 0)  # [S, sum C, Hkv]
-    acc = torch.zeros_like(qg)
-    start = 0
-    for part in parts:
-        width = part.scores.shape[-1]
-        acc += part.weighted_sum(probs[..., start : start + width])
-        if masses is not None:
-            masses[part.name][part.index[part.valid]] = mass[:, start : start + width][part.valid]
-        start += width
-
-    # [Hkv, S, G*Tq, D] -> [S, Tq, Hq, D], padding rows dropped
-    o = acc.reshape(n_kvh, n_s, group, n_t, dim).permute(1, 3, 0, 2, 4)
-    out[t_idx[t_valid]] = o.reshape(n_s, n_t, n_qh, dim)[t_valid]
+def _batches(seqs: list[int], h_off: list[int], l_off: list[int]) -> list[list[int]]:
+    """``seqs`` in order, cut so that sequences × longest history stays within BATCH_ROWS."""
+    out: list[list[int]] = []
+    widest = 0
+    for b in seqs:
+        rows = h_off[b + 1] - h_off[b] + l_off[b + 1] - l_off[b]
+        if out and (len(out[-1]) + 1) * max(widest, rows) <= BATCH_ROWS:
+            out[-1].append(b)
+            widest = max(widest, rows)
+        else:
+            out.append([b])
+            widest = rows
+    return out
 
 
 def attend_small_queries(
@@ -196,17 +136,68 @@ def attend_small_queries(
     and "cur" to the ``KeyScores`` tensors to fill for these sequences' keys. Arguments
     otherwise as in ``mixed_attention_ref``, whose output this matches to fp32 rounding.
     """
-    _, h_off, l_off = offsets
-    batch: list[int] = []
-    widest = 0
-    for b in seqs:
-        rows = h_off[b + 1] - h_off[b] + l_off[b + 1] - l_off[b]
-        if batch and (len(batch) + 1) * max(widest, rows) > BATCH_ROWS:
-            _attend_batch(out, batch, offsets, q, q_pos, cur_k, cur_v,
-                          high_k, high_v, high, low_codes, low, scale, masses)  # fmt: skip
-            batch, widest = [], 0
-        batch.append(b)
-        widest = max(widest, rows)
-    if batch:
-        _attend_batch(out, batch, offsets, q, q_pos, cur_k, cur_v,
-                      high_k, high_v, high, low_codes, low, scale, masses)  # fmt: skip
+    q_off, h_off, l_off = offsets
+    n_qh, dim = q.shape[1], q.shape[2]
+    n_kvh = cur_k.shape[1]
+    group = n_qh // n_kvh
+    for batch in _batches(seqs, h_off, l_off):
+        # queries: [Hkv, S, R, D] with row r = g * Tq + t, padding rows at PAD_POSITION
+        t_idx, t_valid = _padded(q_off, batch)
+        n_s, n_t = t_idx.shape
+        qg = q[t_idx].float().reshape(n_s, n_t, n_kvh, group, dim).permute(2, 0, 3, 1, 4)
+        qg = qg.reshape(n_kvh, n_s, group * n_t, dim)
+        t_pos = torch.where(t_valid, q_pos[t_idx], PAD_POSITION)
+        row_pos = t_pos.repeat(1, group)  # [S, R]
+
+        ck, cv = (_rows(x, t_idx).float() for x in (cur_k, cur_v))  # [Hkv, S, Tq, D]
+        parts = [_Part("cur", _scores(qg, ck, scale, t_pos, row_pos), cv, None, t_idx, t_valid)]
+
+        h_idx, h_valid = _padded(h_off, batch)
+        if h_idx.shape[1]:
+            slots = high.slots[h_idx]
+            key_pos = torch.where(h_valid, high.positions[h_idx], PAD_POSITION)
+            hk, hv = (_rows(x, slots).float() for x in (high_k, high_v))
+            parts.append(
+                _Part("high", _scores(qg, hk, scale, key_pos, row_pos), hv, None, h_idx, h_valid)
+            )
+
+        l_idx, l_valid = _padded(l_off, batch)
+        if l_idx.shape[1]:
+            k_codes, v_codes, k_scales, v_scales = low_codes
+            slots = low.slots[l_idx]
+            key_pos = torch.where(l_valid, low.positions[l_idx], PAD_POSITION)
+            k_scale, v_scale = (
+                _rows(x, slots).float().squeeze(-1)[:, :, None, :] for x in (k_scales, v_scales)
+            )  # [Hkv, S, 1, C]
+            if dim % 2 == 0:
+                lo, hi = _split_nibbles(_rows(k_codes, slots))  # [Hkv, S, C, D/2] each
+                q_even, q_odd = qg[..., 0::2].contiguous(), qg[..., 1::2].contiguous()
+                raw = torch.matmul(q_even, lo.transpose(-1, -2))
+                raw = raw + torch.matmul(q_odd, hi.transpose(-1, -2))
+                lv = _rows(v_codes, slots)
+            else:  # odd head dim: the last byte holds one value, unpack the ordinary way
+                unit = torch.ones((), device=q.device)
+                lk = unpack_int4_unchecked(_rows(k_codes, slots), unit, dim)
+                raw = torch.matmul(qg, lk.transpose(-1, -2))
+                lv = unpack_int4_unchecked(_rows(v_codes, slots), unit, dim)
+            scores = _masked(raw * (k_scale * scale), key_pos, row_pos)
+            parts.append(_Part("low", scores, lv, v_scale, l_idx, l_valid))
+
+        probs = torch.softmax(torch.cat([p.scores for p in parts], dim=-1), dim=-1)
+        if masses is not None:  # per key: probability summed over real query rows and group heads
+            real_rows = t_valid.repeat(1, group)[None, :, :, None]  # [1, S, R, 1]
+            mass = (probs * real_rows).sum(dim=2).permute(1, 2, 0)  # [S, sum C, Hkv]
+        acc = torch.zeros_like(qg)
+        start = 0
+        for part in parts:
+            width = part.scores.shape[-1]
+            acc += part.weighted_sum(probs[..., start : start + width])
+            if masses is not None:
+                masses[part.name][part.index[part.valid]] = mass[:, start : start + width][
+                    part.valid
+                ]
+            start += width
+
+        # [Hkv, S, G*Tq, D] -> [S, Tq, Hq, D], padding rows dropped
+        o = acc.reshape(n_kvh, n_s, group, n_t, dim).permute(1, 3, 0, 2, 4)
+        out[t_idx[t_valid]] = o.reshape(n_s, n_t, n_qh, dim)[t_valid]
