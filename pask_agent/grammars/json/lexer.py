@@ -19,6 +19,7 @@ reports each character's ``Kind`` and ``Role``; the mapping to ``Tag`` lives in 
 
 from __future__ import annotations
 
+from pask_agent.grammars.json import numbers
 from pask_agent.grammars.json.frames import (
     AFTER,
     COLON,
@@ -26,15 +27,7 @@ from pask_agent.grammars.json.frames import (
     COMMA_SP,
     KEY,
     KEY_OPEN,
-    N_DOT,
-    N_EMARK,
-    N_ESIGN,
-    N_EXP,
-    N_FRAC,
-    N_INT,
-    N_MINUS,
     N_START,
-    N_ZERO,
     OPEN,
     VALUE,
     ArrFrame,
@@ -74,11 +67,8 @@ class Reject(Exception):
     """A configuration cannot take the character; the message says why."""
 
 
-ACCEPTING = frozenset((N_ZERO, N_INT, N_FRAC, N_EXP))
-_DIGITS = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SIMPLE_ESCAPES = frozenset('"\\/bfnrt')
-_MAX_EXP_DIGITS = 3
 
 
 def initial(node: Node) -> Stack:
@@ -103,7 +93,7 @@ def can_end(stack: Stack) -> bool:
         frame, rest = stack
         if isinstance(frame, TextFrame):
             return True
-        if isinstance(frame, NumFrame) and frame.state in ACCEPTING:
+        if isinstance(frame, NumFrame) and frame.state in numbers.ACCEPTING:
             stack = rest
             continue
         if isinstance(frame, LitFrame) and any(
@@ -166,7 +156,7 @@ def _any_by_first_char(node: AnyNode, ch: str) -> Node:
         return node.array
     if ch == '"':
         return ANY_STRING
-    if ch == "-" or ch in _DIGITS:
+    if ch == "-" or ch in numbers.DIGITS:
         return node.number
     if ch in "tfn":
         return ANY_LITERALS
@@ -347,40 +337,23 @@ def _finish_literal(f: LitFrame, index: int, rest: Stack) -> Stack:
 
 
 def _step_num(f: NumFrame, rest: Stack, ch: str) -> list[Step]:
-    state, ndig, node = f.state, f.ndig, f.node
-    layout = node.layout
-    nxt, digits = -1, 0
-    if state == N_START:
-        nxt = N_MINUS if ch == "-" else (N_ZERO if ch == "0" else (N_INT if ch in _DIGITS else -1))
-        digits = 1
-    elif state == N_MINUS:
-        nxt = N_ZERO if ch == "0" else (N_INT if ch in _DIGITS else -1)
-        digits = 1
-    elif ch in _DIGITS and state in (N_INT, N_FRAC, N_EXP):
-        if state == N_INT:
-            bound = layout.max_int_digits
-        else:
-            bound = layout.max_frac_digits if state == N_FRAC else _MAX_EXP_DIGITS
-        if ndig >= bound:
-            raise Reject(f"too many digits (the grammar allows at most {bound} here)")
-        nxt, digits = state, ndig + 1
-    elif ch in _DIGITS and state in (N_DOT, N_EMARK, N_ESIGN):
-        nxt, digits = (N_FRAC if state == N_DOT else N_EXP), 1
-    elif not node.integer and ch == "." and state in (N_ZERO, N_INT):
-        nxt = N_DOT
-    elif not node.integer and ch in "eE" and state in (N_ZERO, N_INT, N_FRAC):
-        nxt = N_EMARK
-    elif ch in "+-" and state == N_EMARK:
-        nxt = N_ESIGN
+    node, layout = f.node, f.node.layout
+    try:
+        nxt, digits = numbers.next_state(
+            f.state, f.ndig, ch, integer=node.integer,
+            max_int=layout.max_int_digits, max_frac=layout.max_frac_digits,
+        )  # fmt: skip
+    except numbers.TooManyDigits as exc:
+        raise Reject(str(exc)) from None
     what = "integer" if node.integer else "number"
-    if nxt < 0:
-        if state not in ACCEPTING:
+    if nxt == numbers.NO_TRANSITION:
+        if f.state not in numbers.ACCEPTING:
             raise Reject(f"not a valid JSON {what}")
         try:
             return step(rest, ch)  # the number ended; the character belongs to the parent
         except Reject as exc:
             raise Reject(f"{exc} (a JSON {what} cannot continue with {ch!r})") from None
-    kind = Kind.VALUE_FIRST if state == N_START else Kind.VALUE_REST
+    kind = Kind.VALUE_FIRST if f.state == N_START else Kind.VALUE_REST
     return [((NumFrame(node, nxt, digits, f.role), rest), kind, f.role)]
 
 
