@@ -3,9 +3,10 @@
 Decoding a 0.5B model on this CPU is mostly weight matmuls with a handful of rows: one per
 running request. ``torch.nn.Linear`` sends them to MKL's sgemm, which at 1-8 rows reads the
 weights at about half the speed oneDNN's inner product does once the weight is held as a
-oneDNN tensor. Measured here on the default model's shapes: the 896 x 151,936 output head takes
-36.2 ms at 1 row and 74.7 ms at 8 rows through ``nn.Linear``, 18.2 and 25.9 ms through oneDNN;
-the MLP projections gain 1.4-1.9x. Batching 8 requests then costs far less than 8 times one.
+oneDNN tensor. Measured here on the default model's shapes (``results/cpu_paths.md``): the
+896 x 151,936 output head takes 43.0 ms at 1 row and 65.9 ms at 8 rows through ``nn.Linear``,
+17.1 and 22.0 ms through oneDNN; the MLP projections gain 1.5-2.2x (the small k/v projections
+lose, 0.2-0.4x). Batching 8 requests then costs far less than 8 times one.
 
 ``prepack_linear_layers`` swaps each ``nn.Linear`` for a ``OneDNNLinear`` in place. The dense
 weight is released, except where another module shares it (a tied output head keeps the
@@ -14,8 +15,9 @@ from ``nn.Linear`` by fp32 rounding.
 
 The other parameters (embedding, norms) are copied into ordinary memory first. A model loaded
 from safetensors keeps its whole checkpoint file mapped while any tensor still points into it,
-so without the copy every page the conversion read would stay resident: 4.2 GB of RSS for the
-default model instead of 2.8 GB.
+so without the copy every page the conversion read would stay resident on top of the oneDNN
+weights: the default model's whole 2.5 GB checkpoint (``tests/runtime/test_cpu_linear.py``
+checks that its file-backed pages stay under a quarter of that).
 """
 
 from __future__ import annotations

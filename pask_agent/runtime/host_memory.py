@@ -6,8 +6,8 @@ gathered K/V rows, the unpacked INT4 nibbles, the scores) and frees them a momen
 glibc hands every allocation above its mmap threshold (adaptive, 128 KiB up to 32 MiB) to the
 kernel with ``mmap`` and gives it back on ``free``, and it trims the top of its heap likewise;
 the next layer then touches fresh pages and faults on each of them. On the 2-core CPU here,
-splitting 11 × 3,700 INT4 rows into fp32 nibbles took 6.4 ms with fresh pages and 0.76 ms with
-the heap kept (``results/attention_decode.md``). The pools themselves are allocated once, so
+splitting 11 × 3,740 INT4 rows into fp32 nibbles took 1.94 ms with fresh pages and 0.53 ms with
+the heap kept (``results/cpu_paths.md``). The pools themselves are allocated once, so
 what stays in the process is one step's scratch, not the KV cache.
 
 It changes process-wide allocator settings, hence a ``RuntimeConfig`` switch
