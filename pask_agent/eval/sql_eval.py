@@ -62,13 +62,15 @@ class SqlConfig:
     candidates: int
     linking: bool
     bind_columns: bool = True
+    table_aliases: bool = False
 
     @property
     def name(self) -> str:
         b = "" if self.budget is None else f"@{self.budget:g}"
         plain = "" if self.linking else " plain"
         unbound = "" if self.bind_columns else " unbound"
-        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}"
+        aliased = " aliased" if self.table_aliases else ""
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +152,13 @@ def configurations(
     candidates: int,
     linking: bool,
     bind_columns: bool = True,
+    table_aliases: bool = False,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
     for p in policies:
         for b in [None] if p == "full" else budgets:
-            cfg = SqlConfig(p, b, candidates, linking, bind_columns)
+            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases)
             if cfg not in out:
                 out.append(cfg)
     return out
@@ -212,11 +215,11 @@ async def evaluate(
     check_inputs(questions)
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants: dict[tuple[str, bool, bool], SQLiteAssistant] = {}
+        assistants: dict[tuple[str, bool, bool, bool], SQLiteAssistant] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
-                    key = (q.db, cfg.linking, cfg.bind_columns)
+                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases)
                     if key not in assistants:
                         assistants[key] = SQLiteAssistant(
                             questions.db_path(q.db),
@@ -224,6 +227,7 @@ async def evaluate(
                             repairs=repairs,
                             linking=cfg.linking,
                             bind_columns=cfg.bind_columns,
+                            table_aliases=cfg.table_aliases,
                         )
                     assistant = assistants[key]
                     start = time.perf_counter()
@@ -498,6 +502,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-binding", action="store_true", help="the grammar without column binding"
     )
+    parser.add_argument(
+        "--table-aliases",
+        action="store_true",
+        help="let queries alias tables (T1.col), as before table-qualified columns",
+    )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument(
         "--baseline",
@@ -544,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
             write_results(args.out, records, settings, baselines)
             print(f"wrote {args.out}/sql_eval.{{jsonl,md,png,json}}")
             return 0
-        configs = configurations(policies, budgets, k, not args.no_linking, not args.no_binding)
+        configs = configurations(
+            policies, budgets, k, not args.no_linking, not args.no_binding, args.table_aliases
+        )
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
         questions = _load(args)
@@ -556,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             "candidates": k,
             "linking": not args.no_linking,
             "bind_columns": not args.no_binding,
+            "table_aliases": args.table_aliases,
             "repairs": args.repairs,
         }
         records = anyio.run(

@@ -50,6 +50,10 @@ INSTRUCTIONS = (
     "SELECT query and nothing else. Use only the tables and columns in the schema, each "
     "column with the table that defines it."
 )
+UNALIASED = (
+    " Never alias a table: in a query over several tables, write every column as "
+    "table.column, e.g. customers.first_name."
+)
 _VALUE_HINTS = 4  # distinct example values shown per text column
 MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
 # Chosen on the dev split (results/sql_dev_full_k5: voting among the first k of 5 candidates,
@@ -179,6 +183,10 @@ class SQLiteAssistant:
         Keep each column with its table in the grammar (``grammar.py``): a query over one
         table names only its columns, and ``table.col`` only that table's. ``False`` gives
         the unbound grammar of earlier versions, kept to measure what binding changes.
+    table_aliases
+        ``False`` (default) has the model write ``table.column`` instead of aliasing tables,
+        and the grammar then binds every qualified column to its table, joins included;
+        ``True`` allows ``FROM customers AS T1`` as earlier versions did.
 
     Raises
     ------
@@ -205,6 +213,7 @@ class SQLiteAssistant:
         linking: bool = True,
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
         bind_columns: bool = True,
+        table_aliases: bool = False,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
@@ -217,7 +226,10 @@ class SQLiteAssistant:
         self.path = Path(path)
         self.db = ReadOnlyDatabase(self.path, time_limit_s=time_limit_s, row_limit=row_limit)
         self.schema = SqlSchema.from_sqlite(self.path)
-        self.grammar = compile_sql_grammar(self.schema, bind_columns=bind_columns)
+        self.grammar = compile_sql_grammar(
+            self.schema, bind_columns=bind_columns, table_aliases=table_aliases
+        )
+        self.table_aliases = table_aliases
         self.runtime = runtime
         self.linking = linking
         self.schema_tokens = schema_tokens
@@ -274,7 +286,8 @@ class SQLiteAssistant:
         with sample rows and its short text columns' values, within ``schema_tokens``; a
         schema larger than that shows only what the question links to (``sql_prompt.py``).
         """
-        head = f"{INSTRUCTIONS}{self._quoting_hint()}\n\n"
+        unaliased = "" if self.table_aliases else UNALIASED
+        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}\n\n"
         if not self.linking:
             return f"{head}{self.schema.ddl()}\n{self._value_hints()}"
         budget = self.schema_tokens - self._count_tokens(head)

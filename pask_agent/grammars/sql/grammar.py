@@ -22,7 +22,8 @@ is stored in this canonical form):
 * Columns are bound to tables where a left-to-right grammar can tell (``compile_sql_grammar``):
   a query that reads one table names only that table's columns, and ``table.col`` accepts only
   ``table``'s. An alias (``T2.col``) in a join still qualifies any column, since the alias is
-  declared after it is used.
+  declared after it is used; ``table_aliases=False`` forbids table aliases, so every qualified
+  column is bound, and makes every ``JOIN`` state its condition.
 * Literals: integers and decimals of at most 15 + 10 digits, single-quoted strings
   (``''`` escapes a quote, no newline), ``NULL``, ``CURRENT_DATE``/``CURRENT_TIMESTAMP``.
 * Not covered: ``WITH`` (CTEs), window functions, ``NATURAL``/``RIGHT``/``FULL`` joins,
@@ -122,10 +123,7 @@ set_op ::= K_UNION (sp K_ALL)? | K_INTERSECT | K_EXCEPT
 bare_core ::= K_SELECT sp (K_DISTINCT sp)? proj_list
 joined_core ::= K_SELECT sp (K_DISTINCT sp)? proj_list sp K_FROM sp joined_from joined_tail
 joined_tail ::= where_clause? group_clause?
-join ::= "," sp table_ref | sp join_op sp table_ref join_cond?
-join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN | K_CROSS sp K_JOIN
 join_cond ::= sp K_ON sp expr | sp K_USING sp "(" column_name ("," sp column_name)* ")"
-table_ref ::= table_name (sp K_AS sp table_alias)? | derived_ref
 derived_ref ::= "(" query ")" (sp K_AS sp table_alias)?
 not_opt ::= (K_NOT sp)?
 cmp_op ::= "=" | "==" | "!=" | "<>" | "<" | "<=" | ">" | ">="
@@ -204,7 +202,25 @@ def _scoped(suffix: str) -> str:
     return pattern.sub(lambda m: m.group(1) + suffix, text)
 
 
-def compile_sql_grammar(schema: SqlSchema, *, bind_columns: bool = True) -> str:
+def _joins(table_aliases: bool) -> list[str]:
+    """How tables are joined: aliased and optionally conditioned, or by name with a condition."""
+    if table_aliases:
+        return [
+            'join ::= "," sp table_ref | sp join_op sp table_ref join_cond?',
+            "join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN"
+            " | K_CROSS sp K_JOIN",
+            "table_ref ::= table_name (sp K_AS sp table_alias)? | derived_ref",
+        ]
+    return [
+        'join ::= "," sp table_ref | sp join_op sp table_ref join_cond',
+        "join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN",
+        "table_ref ::= table_name | derived_ref",
+    ]
+
+
+def compile_sql_grammar(
+    schema: SqlSchema, *, bind_columns: bool = True, table_aliases: bool = True
+) -> str:
     """EBNF (xgrammar syntax, root rule ``root``) for one read-only SELECT over ``schema``.
 
     Why the per-table branches: a left-to-right grammar cannot see ``FROM`` while the select
@@ -224,6 +240,12 @@ def compile_sql_grammar(schema: SqlSchema, *, bind_columns: bool = True) -> str:
         ``False`` gives the unbound grammar of earlier releases (any column anywhere); kept to
         measure what binding changes. Schemas of more than ``MAX_BOUND_TABLES`` tables bind
         qualified names only.
+    table_aliases
+        ``False`` leaves tables unaliased (``FROM customers JOIN orders ON ...``), so a
+        qualifier is always a table's own name and binds its column in joins too, where a
+        small model's ``T2.first_name`` otherwise names the wrong table; a ``JOIN`` must then
+        state its condition (``ON``/``USING``), and ``CROSS JOIN`` is gone. A derived table may
+        still be aliased, but its columns are named bare.
 
     Returns
     -------
@@ -254,15 +276,18 @@ def compile_sql_grammar(schema: SqlSchema, *, bind_columns: bool = True) -> str:
             "any_core ::= joined_core | bare_core",
             "joined_from ::= table_ref join*",
         ]
-    lines = [shared, *structure, _scoped(""), f"table_name ::= {_alternatives(all_tables)}"]
+    lines = [shared, *structure, *_joins(table_aliases), _scoped("")]
+    lines.append(f"table_name ::= {_alternatives(all_tables)}")
     lines.append(f"column_name ::= {_alternatives(all_columns)}")
     qualified = [f'table_name{s} "." column_name{s}' for s in suffixes]
+    alias_ref = ' | table_alias "." column_name' if table_aliases else ""
     lines.append(
-        'column_ref ::= column_name | table_alias "." column_name | ' + " | ".join(qualified)
+        "column_ref ::= column_name" + alias_ref + " | " + " | ".join(qualified)
         if bind_columns
         else 'column_ref ::= column_name | qualifier "." column_name'
     )
-    lines.append("qualifier ::= table_name | table_alias")
+    lines.append("qualifier ::= table_name" + (" | table_alias" if table_aliases else ""))
+    own_alias = " (sp K_AS sp table_alias)?" if table_aliases else ""
     for table, s in zip(tables, suffixes, strict=True):
         columns = sorted({sp for c in table.columns for sp in spellings(c.name)})
         lines += [
@@ -274,9 +299,9 @@ def compile_sql_grammar(schema: SqlSchema, *, bind_columns: bool = True) -> str:
         lines += [
             f"query{s} ::= core{s} order_clause{s}? limit_clause?",
             f"core{s} ::= K_SELECT sp (K_DISTINCT sp)? proj_list{s} sp K_FROM sp table_name{s}"
-            f" (sp K_AS sp table_alias)? where_clause{s}? group_clause{s}?",
+            f"{own_alias} where_clause{s}? group_clause{s}?",
             f'column_ref{s} ::= column_name{s} | qualifier{s} "." column_name{s}',
-            f"qualifier{s} ::= table_name{s} | table_alias",
+            f"qualifier{s} ::= table_name{s}" + (" | table_alias" if table_aliases else ""),
             _scoped(s),
         ]
     lines += [
