@@ -222,6 +222,98 @@ def _compile_unbound(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.
     return xgr.GrammarCompiler(info).compile_grammar(grammar)
 
 
+ON_IDS = "ON courses.teacher_id = teachers.teacher_id"
+
+
+@pytest.mark.parametrize(
+    ("sql", "ok"),
+    [
+        (f"SELECT teachers.salary FROM courses JOIN teachers {ON_IDS}", True),
+        (f"SELECT courses.salary FROM courses JOIN teachers {ON_IDS}", False),  # not courses'
+        (f"SELECT courses.level, teachers.last_name FROM courses INNER JOIN teachers {ON_IDS}"
+         " WHERE teachers.salary > 50000 ORDER BY teachers.last_name", True),
+        (f"SELECT teachers.last_name FROM courses JOIN teachers {ON_IDS} WHERE courses.salary"
+         " > 1", False),
+        ("SELECT teachers.last_name FROM teachers LEFT JOIN courses USING (teacher_id)", True),
+        ("SELECT name FROM departments WHERE dept_id NOT IN (SELECT dept_id FROM courses)", True),
+    ],
+)  # fmt: skip
+def test_without_table_aliases_every_qualified_column_is_bound(
+    sql: str, ok: bool, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+) -> None:
+    """``table_aliases=False``: a qualifier is a table's own name, so joins bind too; the
+    grammar accepts a query exactly when SQLite finds every column."""
+    grammar = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=False)
+    rejected_at, completed = _walk(grammar, qwen_tokenizer, sql)
+    assert (rejected_at is None and completed) is ok
+    con = sqlite3.connect(f"{(DATA / 'school.sqlite').as_uri()}?mode=ro", uri=True)
+    try:
+        con.execute(sql).fetchall()
+        runs = True
+    except sqlite3.OperationalError as exc:
+        assert "no such column" in str(exc)
+        runs = False
+    finally:
+        con.close()
+    assert runs is ok
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT T1.first_name FROM students AS T1",
+        f"SELECT T2.salary FROM courses AS T1 {JOIN_TEACHERS}",
+        "SELECT students.first_name FROM students JOIN enrollments",  # a JOIN states its condition
+        "SELECT first_name FROM students CROSS JOIN enrollments",
+    ],
+)
+def test_without_table_aliases_aliases_and_unconditioned_joins_are_rejected(
+    sql: str, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+) -> None:
+    """SQLite runs all of these; only the unaliased grammar refuses them."""
+    unaliased = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=False)
+    assert _walk(unaliased, qwen_tokenizer, sql) != (None, True)
+    aliased = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=True)
+    assert _walk(aliased, qwen_tokenizer, sql) == (None, True)
+    con = sqlite3.connect(f"{(DATA / 'school.sqlite').as_uri()}?mode=ro", uri=True)
+    con.execute(sql).fetchall()
+    con.close()
+
+
+def test_gold_queries_written_without_aliases_are_accepted(
+    qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+) -> None:
+    """The gold set with each table alias replaced by its table's name (sqlglot), under the
+    unaliased grammar. Two need what it leaves out: a derived table's alias as a qualifier
+    (shop-26) and an outer table's column inside a one-table subquery (shop-28)."""
+    grammars = {
+        db: _compile_with(qwen_tokenizer, s, table_aliases=False) for db, s in schemas.items()
+    }
+    refused = []
+    for q in load_sample_questions().questions:
+        if _walk(grammars[q.db], qwen_tokenizer, _unalias(q.gold_sql)) != (None, True):
+            refused.append(q.id)
+    assert refused == ["shop-26", "shop-28"]
+
+
+def _unalias(sql: str) -> str:
+    tree = sqlglot.parse_one(sql, read="sqlite")
+    names: dict[str, str] = {}
+    for table in tree.find_all(exp.Table):
+        if table.alias:
+            names[table.alias] = table.name
+            table.set("alias", None)
+    for column in tree.find_all(exp.Column):
+        if column.table in names:
+            column.set("table", exp.to_identifier(names[column.table]))
+    return tree.sql(dialect="sqlite")
+
+
+def _compile_with(tokenizer: Any, schema: SqlSchema, **options: Any) -> xgr.CompiledGrammar:
+    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
+    return xgr.GrammarCompiler(info).compile_grammar(compile_sql_grammar(schema, **options))
+
+
 # -- constrained generation with real models ---------------------------------------------
 _READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 
