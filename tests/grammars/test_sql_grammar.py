@@ -265,6 +265,7 @@ def test_without_table_aliases_every_qualified_column_is_bound(
         f"SELECT T2.salary FROM courses AS T1 {JOIN_TEACHERS}",
         "SELECT students.first_name FROM students JOIN enrollments",  # a JOIN states its condition
         "SELECT first_name FROM students CROSS JOIN enrollments",
+        "SELECT TOTAL(salary), TRIM(last_name) FROM teachers",  # ALIAS_LOOKALIKES
     ],
 )
 def test_without_table_aliases_aliases_and_unconditioned_joins_are_rejected(
