@@ -164,3 +164,25 @@ def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) 
     u = repaired.usage
     assert u.prompt_tokens > first.usage.prompt_tokens + first.usage.completion_tokens
     assert u.prefilled_tokens < u.prompt_tokens - first.usage.prompt_tokens
+
+
+@pytest.mark.slow
+def test_without_table_aliases_a_join_names_each_column_by_its_table(shop_copy: Path) -> None:
+    """``table_aliases=False`` on the real model: the prompt asks for ``table.column`` and the
+    grammar leaves no other way, so every candidate's tables are unaliased and every qualified
+    column belongs to the table it names."""
+    import sqlglot
+    from sqlglot import exp
+
+    assistant = SQLiteAssistant(shop_copy, table_aliases=False, candidates=2)
+    assert "table.column" in assistant.system_prompt
+    question = "List each order's id with the first name of the customer who placed it."
+    answer = asyncio.run(assistant.ask(question))
+    owners = {t.name: {c.name for c in t.columns} for t in assistant.schema.tables}
+    for candidate in answer.candidates:
+        tree = sqlglot.parse_one(candidate.sql, read="sqlite")
+        assert all(not t.alias for t in tree.find_all(exp.Table)), candidate.sql
+        for column in tree.find_all(exp.Column):
+            if column.table:
+                assert column.name in owners[column.table], candidate.sql
+    assistant.close()
