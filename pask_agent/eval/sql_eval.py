@@ -62,15 +62,15 @@ class SqlConfig:
     candidates: int
     linking: bool
     bind_columns: bool = True
-    table_aliases: bool = True
+    table_aliases: bool = False
 
     @property
     def name(self) -> str:
         b = "" if self.budget is None else f"@{self.budget:g}"
         plain = "" if self.linking else " plain"
         unbound = "" if self.bind_columns else " unbound"
-        unaliased = "" if self.table_aliases else " unaliased"
-        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{unaliased}"
+        aliased = " aliased" if self.table_aliases else ""
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +152,7 @@ def configurations(
     candidates: int,
     linking: bool,
     bind_columns: bool = True,
-    table_aliases: bool = True,
+    table_aliases: bool = False,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
@@ -503,9 +503,9 @@ def main(argv: list[str] | None = None) -> int:
         "--no-binding", action="store_true", help="the grammar without column binding"
     )
     parser.add_argument(
-        "--no-table-aliases",
+        "--table-aliases",
         action="store_true",
-        help="forbid table aliases: every column is written and bound as table.column",
+        help="let queries alias tables (T1.col) as before; columns in joins stay unbound",
     )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument(
@@ -559,7 +559,7 @@ def main(argv: list[str] | None = None) -> int:
             k,
             not args.no_linking,
             not args.no_binding,
-            not args.no_table_aliases,
+            args.table_aliases,
         )
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
@@ -572,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
             "candidates": k,
             "linking": not args.no_linking,
             "bind_columns": not args.no_binding,
-            "table_aliases": not args.no_table_aliases,
+            "table_aliases": args.table_aliases,
             "repairs": args.repairs,
         }
         records = anyio.run(

@@ -184,13 +184,12 @@ class SQLiteAssistant:
         table names only its columns, and ``table.col`` only that table's. ``False`` gives
         the unbound grammar of earlier versions, kept to measure what binding changes.
     table_aliases
-        ``True`` (default) lets queries alias tables (``FROM customers AS T1``). ``False``
-        has the model write ``table.column`` instead, and the grammar then binds every
-        qualified column, joins included. It is not the default because it costs more than it
-        binds: on the dev split the model's ``T1``/``T2`` habit, once forbidden, turned into
-        ``TIME(``/``TOTAL(``/``TRIM(`` (the only names left after ``T``) in 52 of 245
-        candidates, against 0 with aliases, and accuracy did not improve (24 against 25 of
-        the same 49 questions; ``results/sql_dev_unaliased_full``).
+        ``False`` (default) has the model write ``table.column`` instead of aliasing tables,
+        and the grammar then binds every qualified column to its table, joins included
+        (``grammar.py``). Chosen on the dev split (``results/sql_dev_unaliased2``): the same
+        Full-KV accuracy as with aliases (32 of 65 both), 28 candidates SQLite refused for a
+        misplaced column instead of 72 of 325, and PASK at B = 0.33 one question behind Full
+        KV. ``True`` allows ``FROM customers AS T1`` as earlier versions did.
 
     Raises
     ------
@@ -217,7 +216,7 @@ class SQLiteAssistant:
         linking: bool = True,
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
         bind_columns: bool = True,
-        table_aliases: bool = True,
+        table_aliases: bool = False,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")

@@ -146,9 +146,10 @@ def test_refused_query_goes_back_once_on_the_same_conversation(shop_copy: Path) 
     async def ask() -> tuple:
         # greedy on the plain DDL prompt: the query this test is about
         kw: dict = {"candidates": 1, "linking": False, "bind_columns": False}
+        kw["table_aliases"] = True  # the earlier assistant: aliases, nothing bound
         plain = SQLiteAssistant(shop_copy, **kw)
         repairing = SQLiteAssistant(shop_copy, repairs=1, **kw)
-        bound = SQLiteAssistant(shop_copy, candidates=1, linking=False)
+        bound = SQLiteAssistant(shop_copy, candidates=1, linking=False, table_aliases=True)
         return await plain.ask(question), await repairing.ask(question), await bound.ask(question)
 
     first, repaired, bound = asyncio.run(ask())
