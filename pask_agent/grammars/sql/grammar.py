@@ -209,23 +209,19 @@ def _scoped(suffix: str) -> str:
 ALIAS_LOOKALIKES = frozenset({"TIME", "TOTAL", "TRIM"})
 
 
-def _functions(names: tuple[str, ...], table_aliases: bool = True) -> list[str]:
+def _functions(names: tuple[str, ...], table_aliases: bool) -> list[str]:
     return [n for n in names if table_aliases or n not in ALIAS_LOOKALIKES]
 
 
 def _joins(table_aliases: bool) -> list[str]:
     """How tables are joined: aliased and optionally conditioned, or by name with a condition."""
-    if table_aliases:
-        return [
-            'join ::= "," sp table_ref | sp join_op sp table_ref join_cond?',
-            "join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN"
-            " | K_CROSS sp K_JOIN",
-            "table_ref ::= table_name (sp K_AS sp table_alias)? | derived_ref",
-        ]
+    cond, cross, alias = ("join_cond?", " | K_CROSS sp K_JOIN", " (sp K_AS sp table_alias)?")
+    if not table_aliases:
+        cond, cross, alias = "join_cond", "", ""
     return [
-        'join ::= "," sp table_ref | sp join_op sp table_ref join_cond',
-        "join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN",
-        "table_ref ::= table_name | derived_ref",
+        f'join ::= "," sp table_ref | sp join_op sp table_ref {cond}',
+        f"join_op ::= K_JOIN | K_INNER sp K_JOIN | K_LEFT sp (K_OUTER sp)? K_JOIN{cross}",
+        f"table_ref ::= table_name{alias} | derived_ref",
     ]
 
 
@@ -298,8 +294,9 @@ def compile_sql_grammar(
         if bind_columns
         else 'column_ref ::= column_name | qualifier "." column_name'
     )
-    lines.append("qualifier ::= table_name" + (" | table_alias" if table_aliases else ""))
+    or_alias = " | table_alias" if table_aliases else ""
     own_alias = " (sp K_AS sp table_alias)?" if table_aliases else ""
+    lines.append(f"qualifier ::= table_name{or_alias}")
     for table, s in zip(tables, suffixes, strict=True):
         columns = sorted({sp for c in table.columns for sp in spellings(c.name)})
         lines += [
@@ -313,7 +310,7 @@ def compile_sql_grammar(
             f"core{s} ::= K_SELECT sp (K_DISTINCT sp)? proj_list{s} sp K_FROM sp table_name{s}"
             f"{own_alias} where_clause{s}? group_clause{s}?",
             f'column_ref{s} ::= column_name{s} | qualifier{s} "." column_name{s}',
-            f"qualifier{s} ::= table_name{s}" + (" | table_alias" if table_aliases else ""),
+            f"qualifier{s} ::= table_name{s}{or_alias}",
             _scoped(s),
         ]
     lines += [
