@@ -13,12 +13,11 @@ measured ``B`` (and in the plan's ``floor_excess_bytes``).
 A table without ``expected_output_tokens`` (the hand-written one) plans the prompt at ``B``.
 
 An answer whose tag family calibration never measured (SQL, while the table's SQL buckets are
-carried over from the hand-written prior, which holds critical tokens ``H``) is planned for
-what the table does know: its tokens stay high, and the prompt's share is sized so that even
-the longest answer the request allows (``max_new_tokens``) keeps the total within
-``B + BUDGET_TOLERANCE``, while the expected answer meets ``B``. On the SQL dev split the
-answers' realized keep was 0.96-0.98 of Full KV, so a long sampled candidate took a question's
-``B`` to 0.39 when the prompt was planned for a calibrated function-calling answer.
+carried over from the hand-written prior, which holds critical tokens ``H``) is planned kept
+whole for the table's expected answer length, and an ``AnswerCeiling`` stores INT4 whatever
+would take the request past ``B + BUDGET_TOLERANCE`` (``policy/ceiling.py``). Before the
+ceiling the prompt was planned for the longest answer the request allowed, which released
+schema tokens for answers that almost never came.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import numpy as np
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv
+from pask_agent.policy.ceiling import AnswerCeiling
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import DEFAULT_TABLE_PATH, HAND_WRITTEN_TABLE_PATH
@@ -42,7 +42,7 @@ from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import NUM_GROUPS, PolicyTable
 
-BUDGET_TOLERANCE = 0.03  # how far over B the longest allowed answer may take a request
+BUDGET_TOLERANCE = Fraction(3, 100)  # how far over B an unmeasured answer may take a request
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,29 +83,27 @@ class PaskSession:
     sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
     window: int = 0
     # An answer family calibration never measured is planned kept whole (``answer_keep`` 1.0
-    # instead of ``budget_decode``), and an answer of ``answer_cap`` tokens must still stay
-    # within B + BUDGET_TOLERANCE (None: no cap known).
+    # instead of ``budget_decode``) and held under ``ceiling`` (None: a measured family).
     answer_keep: float | None = None
-    answer_cap: int | None = None
+    ceiling: AnswerCeiling | None = None
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         n = len(labels)
         protected = [i < self.sinks or i >= n - self.window for i in range(n)]
         b_p = float(self.budget)
         if self.expected_answer is not None and self.budget < 1:
-            b = float(self.budget)
             keep = float(self.budget_decode) if self.answer_keep is None else self.answer_keep
-            b_p = solve_prompt_budget(b, keep, n, self.expected_answer, self.window)
-            if self.answer_cap is not None:
-                worst = solve_prompt_budget(
-                    min(1.0, b + BUDGET_TOLERANCE), keep, n, self.answer_cap, self.window
-                )
-                b_p = min(b_p, worst)
+            b_p = solve_prompt_budget(b_p, keep, n, self.expected_answer, self.window)
         plan = self.planner.plan(labels, protected=protected, budget=b_p)
+        if self.ceiling is not None:
+            self.ceiling.start(n, plan.planned_bytes)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
-        return self.controller.on_token(tag, is_stop=is_stop).actions  # type: ignore[return-value]
+        actions = self.controller.on_token(tag, is_stop=is_stop).actions
+        if self.ceiling is not None and not is_stop:
+            actions = self.ceiling.fit(actions)
+        return actions  # type: ignore[return-value]
 
     def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
         """``b = B_D · C_full`` per generated token and the largest reserve ``Γ`` (App. B.4)."""
@@ -132,7 +130,11 @@ def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> d
         "sinks": env.sinks,
         "window": env.window,
         "answer_keep": 1.0 if unmeasured else None,
-        "answer_cap": env.max_new_tokens if unmeasured else None,
+        "ceiling": (
+            AnswerCeiling(min(Fraction(1), total + BUDGET_TOLERANCE), env.costs, env.window)
+            if unmeasured and total < 1
+            else None
+        ),
     }
 
 
