@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from pask_agent.eval.provenance import provenance
+from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy import pask  # noqa: F401 - registers the policies
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.registry import get_policy
@@ -230,6 +231,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
             prefill_chunk_tokens=args.prefill_chunk_tokens,
             max_batch=max(levels),
             kv_capacity_bytes=capacity_for(args, rt.engine.costs, n),
+            attention_backend=args.attention_backend,
         )
         engine = Engine(loaded, config)
         run_level(engine, warm, "full", None, 2, weights=weights, bandwidth=bandwidth)
@@ -245,6 +247,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
         "bandwidth_bytes_per_s": round(bandwidth),
         "threads": torch.get_num_threads(),
         "prefill_chunk_tokens": args.prefill_chunk_tokens,
+        "attention_backend": args.attention_backend,
     }
     return rows, meta
 
@@ -264,6 +267,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="capacity that holds exactly K Full-KV requests of each prompt size",
     )
     p.add_argument("--prefill-chunk-tokens", type=int, default=512)
+    p.add_argument(
+        "--attention-backend",
+        default="auto",
+        choices=ATTENTION_BACKENDS,
+        help="the store's attention kernel (native: the compiled C decode kernel)",
+    )
     p.add_argument("--note", default="", help="a line for the Markdown report")
     p.add_argument("--out", default="results/bench")
     p.add_argument(

@@ -45,7 +45,8 @@ def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
             f"Run {i}: `{meta['command']}`",
             "",
             f"- commit `{meta['git_commit']}`; machine: {meta['machine']}; torch threads "
-            f"{meta['threads']}; prefill chunk {meta['prefill_chunk_tokens']} tokens",
+            f"{meta['threads']}; prefill chunk {meta['prefill_chunk_tokens']} tokens; attention "
+            f"kernel {meta.get('attention_backend', 'auto')}",
             f"- measured memory bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; model "
             f"weights {meta['weights_bytes'] / 1e9:.3f} GB (read by every decode step)",
         ]

@@ -14,9 +14,11 @@ to KV head ``h // (Hq // Hkv)``. All parts share ONE softmax, merged online in f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from pask_agent.kernels import decode_attention
+from pask_agent.kernels import cpu_attention, decode_attention
 from pask_agent.kernels.attention_inputs import KeyScores, PoolView, check_attention_inputs
 from pask_agent.kernels.int4 import BACKENDS, unpack_int4_unchecked
 
@@ -25,9 +27,12 @@ __all__ = [
     "KeyScores",
     "PoolView",
     "mixed_attention",
+    "mixed_attention_cpu",
     "mixed_attention_ref",
     "mixed_attention_triton",
 ]
+
+ATTENTION_BACKENDS = (*BACKENDS, "native")
 
 LOW_BLOCK = 256
 """Low-pool keys dequantized at a time by the reference (bounds the fp32 scratch per step)."""
@@ -131,6 +136,67 @@ def mixed_attention_ref(
     ValueError, TypeError
         Inconsistent shapes, offsets or dtypes (the message names the argument).
     """
+    return _attend(
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+        scale=scale, return_key_scores=return_key_scores,
+        small_queries=decode_attention.attend_small_queries,
+    )  # fmt: skip
+
+
+def mixed_attention_cpu(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`mixed_attention_ref` with its decode-step sequences attended by the compiled C
+    kernel (``cpu_attention.py``), which reads BF16 and INT4 rows without widening whole pools;
+    sequences with many queries (prefill chunks) stay on the torch path. No key scores.
+
+    Raises
+    ------
+    RuntimeError
+        The kernel could not be built here (``cpu_attention.native_status()`` says why).
+    """
+    return _attend(  # type: ignore[return-value]
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+        scale=scale, return_key_scores=False,
+        small_queries=cpu_attention.attend_small_queries_native,
+    )  # fmt: skip
+
+
+def _attend(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+    return_key_scores: bool,
+    small_queries: Callable[..., None],
+) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
     q_off, h_off, l_off = check_attention_inputs(
         q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
         low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
@@ -150,7 +216,7 @@ def mixed_attention_ref(
     # sequences with a few queries (decode steps): one padded batch for all of them
     small = decode_attention.SMALL_QUERIES
     batched = [b for b in range(n_seq) if 0 < q_off[b + 1] - q_off[b] <= small]
-    decode_attention.attend_small_queries(
+    small_queries(
         out, batched, (q_off, h_off, l_off), q, q_pos, cur_k, cur_v, high_k, high_v, high,
         (low_k_codes, low_v_codes, low_k_scales, low_v_scales), low, scale=scale, masses=masses,
     )  # fmt: skip
@@ -285,13 +351,16 @@ def mixed_attention(
     return_key_scores: bool = False,
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
-    """Dispatch to the Triton kernel ("auto" on CUDA, or "triton") or the torch reference.
+    """Dispatch to the Triton kernel ("auto" on CUDA, or "triton"), the compiled CPU decode
+    kernel ("native") or the torch reference ("auto" on a CPU, or "torch").
 
     Key scores always come from the reference ("auto" picks it when they are asked for).
     See :func:`mixed_attention_ref` for arguments; an unknown backend raises ValueError.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown kernel backend {backend!r}; valid backends: {list(BACKENDS)}")
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(
+            f"unknown kernel backend {backend!r}; valid backends: {list(ATTENTION_BACKENDS)}"
+        )
     args = (
         q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
         low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
@@ -299,4 +368,6 @@ def mixed_attention(
     use_triton = backend == "triton" or (backend == "auto" and q.is_cuda and not return_key_scores)
     if use_triton:
         return mixed_attention_triton(*args, scale=scale, return_key_scores=return_key_scores)
+    if backend == "native" and not return_key_scores:
+        return mixed_attention_cpu(*args, scale=scale)
     return mixed_attention_ref(*args, scale=scale, return_key_scores=return_key_scores)

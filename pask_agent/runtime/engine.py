@@ -92,7 +92,7 @@ class Engine:
         self.capacity_bytes = cfg.kv_capacity_bytes or default_capacity_bytes(
             self.costs, cfg.max_batch, self.context_tokens
         )
-        store_config = StoreConfig(cfg.sinks, cfg.window)
+        store_config = StoreConfig(cfg.sinks, cfg.window, attention_backend=cfg.attention_backend)
         self.store = KVStore(lay, store_config, capacity_bytes=self.capacity_bytes)
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)

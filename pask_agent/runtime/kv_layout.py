@@ -59,6 +59,7 @@ class StoreConfig:
     window: int = 16
     high_dtype: torch.dtype = torch.bfloat16
     rows_per_pool: int = 256
+    attention_backend: str = "auto"  # kernels/attention.py: "auto", "native", "torch", "triton"
 
     def __post_init__(self) -> None:
         if self.sinks < 0 or self.window < 1:

@@ -90,8 +90,11 @@ class KVPools:
         capacity_bytes: int | None,
         rows: PoolRows,
         device: torch.device,
+        *,
+        backend: str = "auto",
     ) -> None:
         self.layout = layout
+        self.backend = backend
         self.groups: LayerGroups = layout.groups
         self.high_dtype = high_dtype
         capacity_bytes = capacity_bytes or rows.nbytes(layout, high_dtype)
@@ -212,7 +215,7 @@ class KVPools:
             q, q_offsets, positions, k, v,
             self.high_k[layer], self.high_v[layer], high,
             self.low_k[layer], self.low_v[layer], self.low_ks[layer], self.low_vs[layer], low,
-            scale=scale, return_key_scores=return_key_scores,
+            scale=scale, return_key_scores=return_key_scores, backend=self.backend,
         )  # fmt: skip
 
     def allocated_bytes(self) -> int:

@@ -76,7 +76,10 @@ class KVStore:
         self._group_of_layer = [self.groups.group_of(i) for i in range(layout.num_layers)]
         rows = split_rows(capacity_bytes, layout, (1,) * 3, (1,) * 3) if capacity_bytes else None
         rows = rows or PoolRows.even(self.config.rows_per_pool)
-        self.pools = KVPools(layout, self.config.high_dtype, capacity_bytes, rows, self.device)
+        self.pools = KVPools(
+            layout, self.config.high_dtype, capacity_bytes, rows, self.device,
+            backend=self.config.attention_backend,
+        )  # fmt: skip
         self._high_alloc, self._low_alloc = self.pools.high_alloc, self.pools.low_alloc
         self.bytes = KVBytes(layout)
         self._seqs: dict[str, StoredSequence] = {}

@@ -15,6 +15,7 @@ import torch
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.token_text import TokenTextStream
+from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy.base import Policy, PolicySession
 from pask_agent.runtime.constraint import Constraint, OutputSpec
 from pask_agent.runtime.results import Delta
@@ -57,11 +58,20 @@ class RuntimeConfig:
     # Run the model's fp32 CPU linear layers through oneDNN with their weights converted once
     # (runtime/cpu_linear.py): about 2x faster decode steps here, most at 8 rows.
     onednn_linear: bool = True
+    # Attention kernel for the KV store (kernels/attention.py): "auto" (Triton on CUDA, the
+    # torch reference on a CPU), "native" (the compiled C decode kernel on a CPU,
+    # kernels/cpu_attention.py, opt-in until the serving bench shows it faster), "torch" or
+    # "triton".
+    attention_backend: str = "auto"
 
     def __post_init__(self) -> None:
         capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes
         if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or capacity < 1:
             raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(
+                f"attention_backend={self.attention_backend!r}; valid: {list(ATTENTION_BACKENDS)}"
+            )
         if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
             raise ConfigError(
                 f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"

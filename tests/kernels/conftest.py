@@ -26,6 +26,7 @@ if KERNEL_DEVICE == "cpu":
 import torch  # noqa: E402
 
 from pask_agent.kernels.attention import (  # noqa: E402
+    mixed_attention_cpu,
     mixed_attention_ref,
     mixed_attention_triton,
 )
@@ -53,6 +54,8 @@ class KernelImpl:
 
 KERNEL_IMPLS: tuple[KernelImpl, ...] = (
     KernelImpl("torch", "cpu", quantize_int4_ref, dequantize_int4_ref, mixed_attention_ref),
+    # the compiled C decode kernel: decode-sized sequences in C, the rest through the torch path
+    KernelImpl("native", "cpu", quantize_int4_ref, dequantize_int4_ref, mixed_attention_cpu),
     KernelImpl(
         "triton",
         KERNEL_DEVICE,

@@ -1,0 +1,71 @@
+"""The compiled CPU decode kernel (``kernels/cpu_attention.py``, ``_decode_attention.c``).
+
+The shared parity cases run it through ``KERNEL_IMPLS`` (``test_attention.py``); here: it is
+really built on this machine, ``backend="native"`` picks it, it agrees with the dense
+softmax on the shape the server runs (GQA 7, head dim 64, thousands of INT4 rows, key blocks
+cut mid-sequence, masked pool keys), and without it everything falls back to the torch path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention import CASES, Case, _rel_err, build_inputs, dense_attention
+
+from pask_agent.kernels import cpu_attention
+from pask_agent.kernels.attention import mixed_attention, mixed_attention_cpu, mixed_attention_ref
+
+SERVER_SHAPE = Case((1,) * 11, (36, 0, 5, 70, 1, 2, 3, 4, 5, 6, 7), (700,) * 10 + (65,), 14, 2, 64)
+
+
+def test_the_kernel_builds_here() -> None:
+    # the CI image has a C compiler, so a missing kernel there is a regression, not a skip
+    assert cpu_attention.native_status() == "compiled"
+    assert cpu_attention.native_kernel() is not None
+
+
+def test_server_shaped_decode_step_matches_the_dense_softmax() -> None:
+    inputs = build_inputs(SERVER_SHAPE, seed=11)
+    want, _ = dense_attention(inputs, 0.125)
+    got = mixed_attention_cpu(**inputs, scale=0.125)
+    assert _rel_err(got, want) <= 1e-5
+
+
+def test_pool_keys_after_a_query_stay_hidden() -> None:
+    """Interleaved positions put pool keys after some queries; a decode-sized step of such
+    sequences goes through the kernel, which must mask them as the dense softmax does."""
+    case = Case((4, 3), (10, 6), (12, 3), 6, 2, 64, interleaved=True)
+    inputs = build_inputs(case, seed=12)
+    want, _ = dense_attention(inputs, 0.3)
+    assert _rel_err(mixed_attention_cpu(**inputs, scale=0.3), want) <= 1e-5
+
+
+def test_native_is_chosen_by_name_and_never_for_key_scores() -> None:
+    inputs = build_inputs(CASES["decode_b4_ragged_empty_pools"], seed=13)
+    native = mixed_attention_cpu(**inputs, scale=0.2)
+    ref = mixed_attention_ref(**inputs, scale=0.2)
+    assert torch.equal(mixed_attention(**inputs, scale=0.2), ref)  # auto on a CPU: torch
+    assert torch.equal(mixed_attention(**inputs, scale=0.2, backend="native"), native)
+    assert torch.equal(mixed_attention(**inputs, scale=0.2, backend="torch"), ref)
+    out, _ = mixed_attention(**inputs, scale=0.2, backend="native", return_key_scores=True)
+    assert torch.equal(out, ref)
+    assert _rel_err(native, ref) <= 1e-5
+
+
+def test_without_the_kernel_native_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_attention, "_state", {"lib": None, "status": "no C compiler"})
+    inputs = build_inputs(CASES["decode_b4_ragged_empty_pools"], seed=14)
+    with pytest.raises(RuntimeError, match="no C compiler"):
+        mixed_attention(**inputs, scale=0.2, backend="native")
+
+
+def test_a_failed_build_is_reported_not_raised(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(cpu_attention, "_state", {})
+    monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
+    assert cpu_attention.native_kernel() is None
+    assert cpu_attention.native_status().startswith("build failed")
+    monkeypatch.setattr(cpu_attention, "_state", {})
+    monkeypatch.setenv(cpu_attention.DISABLE_ENV, "1")
+    assert cpu_attention.native_kernel() is None
+    assert "disabled" in cpu_attention.native_status()
