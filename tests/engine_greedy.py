@@ -54,9 +54,19 @@ def greedy(
 
 
 def engine_for(
-    loaded: LoadedModel, *, sinks: int = 4, window: int = 16, prefill_chunk_tokens: int = 256
+    loaded: LoadedModel,
+    *,
+    sinks: int = 4,
+    window: int = 16,
+    prefill_chunk_tokens: int = 256,
+    attention_backend: str = "auto",
 ) -> Engine:
     return Engine(
         loaded,
-        RuntimeConfig(sinks=sinks, window=window, prefill_chunk_tokens=prefill_chunk_tokens),
+        RuntimeConfig(
+            sinks=sinks,
+            window=window,
+            prefill_chunk_tokens=prefill_chunk_tokens,
+            attention_backend=attention_backend,
+        ),
     )
