@@ -2,18 +2,23 @@
  *
  * The torch path (decode_attention.py) widens every retained row to fp32 before its matmuls,
  * so an INT4 row costs what a BF16 row costs and both cost a pass over memory several times
- * their own size. Here each key row is widened into a 64-float register-sized buffer, used for
- * all query heads of its KV group, and dropped: memory traffic is the rows' own bytes.
+ * their own size. Here each key row is widened into a few vector registers, used for every
+ * query head of its KV group, and dropped: a step reads each row's own bytes once.
  *
  * One task per (sequence, KV head). Keys come in blocks of BLOCK from three sources (the
  * current chunk, the high pool, the low pool) and are folded into an online softmax, as the
  * Triton kernel does on a GPU. Query row r = t * group + g is token t0 + t, query head
  * h * group + g, so a token's rows are contiguous in q and out.
  *
+ * Head dims 64 and 128 only (NV = D / 16 vectors of 16 floats; GCC vector extensions, so the
+ * same source builds for AVX-512, AVX2 or anything else). Packed INT4 rows hold the even dims
+ * in low nibbles and the odd dims in high nibbles; they are widened in that split order
+ * (evens, then odds) and met by queries and accumulators kept in the same order, so no
+ * interleaving shuffle is ever needed; rows from the other sources use natural order.
+ *
  * Layouts (all contiguous): q, out [T, Hq, D] fp32; cur_k/cur_v [T, Hkv, D] fp32; high_k/high_v
- * [Nh, Hkv, D] bf16; low_k/low_v [Nl, Hkv, D/2] signed nibbles (low nibble = even dim);
- * low_ks/low_vs [Nl, Hkv] fp16. D is even. A key at position p is visible to a query at
- * position q when p <= q.
+ * [Nh, Hkv, D] bf16; low_k/low_v [Nl, Hkv, D/2] signed nibbles; low_ks/low_vs [Nl, Hkv] fp16.
+ * A key at position p is visible to a query at position q when p <= q.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,64 +26,51 @@
 #include <string.h>
 
 #define BLOCK 64
+#define MAX_NV 8 /* D = 128 */
+#define AHEAD 8 /* keys ahead whose rows are prefetched */
+#define INLINE static inline __attribute__((always_inline))
 
-static inline float bf16_to_float(uint16_t x) {
-    union { uint32_t u; float f; } v;
-    v.u = (uint32_t)x << 16;
-    return v.f;
-}
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+typedef int8_t vb __attribute__((vector_size(16), aligned(1)));
+typedef uint16_t vh __attribute__((vector_size(32), aligned(2)));
 
-static inline float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t man = h & 0x3ff;
+INLINE float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     union { uint32_t u; float f; } v;
     if (exp == 0) {
-        if (man == 0) {
-            v.u = sign;
-            return v.f;
-        }
-        float f = (float)man * 5.9604644775390625e-08f; /* 2^-24: subnormal */
+        float f = (float)man * 5.9604644775390625e-08f; /* zero or subnormal: man * 2^-24 */
         return sign ? -f : f;
     }
-    if (exp == 31) {
-        v.u = sign | 0x7f800000u | (man << 13);
-        return v.f;
-    }
-    v.u = sign | ((exp + 112) << 23) | (man << 13);
+    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
     return v.f;
 }
 
-typedef struct {
-    const int64_t *seqs, *q_off, *h_off, *l_off;
-    const float *q;
-    const int64_t *q_pos;
-    const float *cur_k, *cur_v;
-    const uint16_t *high_k, *high_v;
-    const int64_t *h_slots, *h_pos;
-    const uint8_t *low_k, *low_v;
-    const uint16_t *low_ks, *low_vs;
-    const int64_t *l_slots, *l_pos;
-    float *out;
-    int64_t n_qh, n_kvh, dim;
-    float scale;
-} Args;
+INLINE vf load_vf(const float *p) { return *(const vf *)p; }
+INLINE void store_vf(float *p, vf x) { *(vf *)p = x; }
 
-typedef struct {
-    float *qrow;  /* [R, D] scaled queries */
-    int64_t *row_pos;  /* [R] */
-    float *m, *l;  /* [R] running max and normalizer */
-    float *acc;  /* [R, D] */
-    float *s;  /* [R, BLOCK] scores of the block */
-    float *vblk;  /* [BLOCK, D] the block's values, scaled */
-    int64_t *kpos;  /* [BLOCK] */
-    float kf[512];  /* one key row (D <= 512) */
-} Work;
+INLINE vf bf16_vf(const uint16_t *p) {
+    vi wide = __builtin_convertvector(*(const vh *)p, vi);
+    return (vf)(wide << 16);
+}
 
-/* e^x for x <= 0 (Cephes' polynomial after x = n ln 2 + r), written so the compiler can
- * vectorize it: glibc's expf is one call per element. -inf gives 0 exactly (masked keys);
- * relative error about 2e-7. */
-static inline float exp_nonpositive(float x) {
+/* 16 packed bytes -> their low nibbles (16 even dims) and high nibbles (16 odd dims), widened
+ * to int32 first: x86 has no 8-bit vector shifts. */
+INLINE void nibbles_vf(const uint8_t *p, float scale, vf *even, vf *odd) {
+    vi x = __builtin_convertvector(*(const vb *)p, vi);
+    *even = __builtin_convertvector((x << 28) >> 28, vf) * scale;
+    *odd = __builtin_convertvector(x >> 4, vf) * scale;
+}
+
+INLINE float hsum(vf x) {
+    float s = 0.0f;
+    for (int i = 0; i < 16; ++i) s += x[i];
+    return s;
+}
+
+/* e^x for x <= 0 (Cephes' polynomial after x = n ln 2 + r), vectorizable where glibc's expf
+ * is one call per element. -inf gives 0 exactly (masked keys); relative error about 2e-7. */
+INLINE float exp_nonpositive(float x) {
     float clamped = x < -87.0f ? -87.0f : x;
     float n = floorf(clamped * 1.44269504088896341f + 0.5f);
     float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
@@ -94,126 +86,183 @@ static inline float exp_nonpositive(float x) {
     return x == -INFINITY ? 0.0f : p * two_n.f;
 }
 
-/* Fold the block's n keys (masked scores in w->s, values in w->vblk) into the online softmax. */
-static inline __attribute__((always_inline)) void fold_block(Work *w, int64_t rows, int64_t n,
-                                                          int64_t dim) {
+typedef struct {
+    const int64_t *q_off, *h_off, *l_off;
+    const float *q;
+    const int64_t *q_pos;
+    const float *cur_k, *cur_v;
+    const uint16_t *high_k, *high_v;
+    const int64_t *h_slots, *h_pos;
+    const uint8_t *low_k, *low_v;
+    const uint16_t *low_ks, *low_vs;
+    const int64_t *l_slots, *l_pos;
+    float *out;
+    int64_t n_qh, n_kvh;
+    float scale;
+} Args;
+
+/* Per-thread scratch: queries in both orders, the two accumulators, one block's scores and
+ * values. ``split`` marks a block whose values are in split order. */
+typedef struct {
+    vf *q_nat, *q_split; /* [R][NV] scaled queries, natural and split order */
+    vf *acc_nat, *acc_split; /* [R][NV] */
+    float *m, *l; /* [R] */
+    int64_t *row_pos; /* [R] */
+    float *s; /* [R][BLOCK] */
+    vf *vblk; /* [BLOCK][NV] */
+    int64_t kpos[BLOCK];
+} Work;
+
+/* Fold one block of n keys (scores in w->s, values in w->vblk) into the online softmax. */
+INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
     for (int64_t r = 0; r < rows; ++r) {
         float *s = w->s + r * BLOCK;
         float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < n; ++j) mx = s[j] > mx ? s[j] : mx;
         if (mx == -INFINITY) continue;
         float m_new = w->m[r] > mx ? w->m[r] : mx;
-        float *restrict acc = w->acc + r * dim;
+        vf *acc_n = w->acc_nat + r * NV, *acc_s = w->acc_split + r * NV;
         if (w->m[r] != m_new) {
             float alpha = w->m[r] == -INFINITY ? 0.0f : exp_nonpositive(w->m[r] - m_new);
             w->l[r] *= alpha;
-            for (int64_t d = 0; d < dim; ++d) acc[d] *= alpha;
+            for (int c = 0; c < NV; ++c) {
+                acc_n[c] *= alpha;
+                acc_s[c] *= alpha;
+            }
             w->m[r] = m_new;
         }
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < n; ++j) {
+        for (int j = 0; j < n; ++j) {
             s[j] = exp_nonpositive(s[j] - m_new);
             sum += s[j];
         }
-        for (int64_t j = 0; j < n; ++j) {
-            const float p = s[j], *restrict v = w->vblk + j * dim;
-#pragma omp simd
-            for (int64_t d = 0; d < dim; ++d) acc[d] += p * v[d];
-        }
         w->l[r] += sum;
+        vf a[MAX_NV];
+        vf *dst = split ? acc_s : acc_n;
+        for (int c = 0; c < NV; ++c) a[c] = dst[c];
+        for (int j = 0; j < n; ++j) {
+            const vf *v = w->vblk + j * NV;
+            for (int c = 0; c < NV; ++c) a[c] += s[j] * v[c];
+        }
+        for (int c = 0; c < NV; ++c) dst[c] = a[c];
     }
 }
 
-/* Score one widened key row w->kf (times kscale) against every query row into column j. */
-static inline __attribute__((always_inline)) void score_key(Work *w, int64_t rows, int64_t dim, int64_t j, float kscale) {
+/* Column j of the block's scores: key ``k`` (NV vectors, the order of ``qs``) times kscale. */
+INLINE void score_key(Work *w, const vf *qs, const vf *k, int64_t rows, int j, float kscale,
+                      const int NV) {
     for (int64_t r = 0; r < rows; ++r) {
-        const float *qr = w->qrow + r * dim;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < dim; ++d) dot += qr[d] * w->kf[d];
-        w->s[r * BLOCK + j] = w->kpos[j] > w->row_pos[r] ? -INFINITY : dot * kscale;
+        const vf *qr = qs + r * NV;
+        vf t = qr[0] * k[0];
+        for (int c = 1; c < NV; ++c) t += qr[c] * k[c];
+        w->s[r * BLOCK + j] = w->kpos[j] > w->row_pos[r] ? -INFINITY : hsum(t) * kscale;
     }
 }
 
-static inline void widen_nibbles(const uint8_t *codes, int64_t half, float scale, float *dst) {
-    for (int64_t i = 0; i < half; ++i) {
-        int8_t b = (int8_t)codes[i];
-        dst[2 * i] = (float)((int8_t)(b << 4) >> 4) * scale;
-        dst[2 * i + 1] = (float)(b >> 4) * scale;
-    }
-}
-
-static inline __attribute__((always_inline)) void attend_one(const Args *a, Work *w, int64_t b,
-                                                          int64_t h, const int64_t dim) {
-    const int64_t group = a->n_qh / a->n_kvh, half = dim / 2;
+INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int NV) {
+    const int64_t dim = NV * 16, half = dim / 2, group = a->n_qh / a->n_kvh;
     const int64_t t0 = a->q_off[b], n_t = a->q_off[b + 1] - t0, rows = n_t * group;
     for (int64_t t = 0; t < n_t; ++t) {
-        const float *src = a->q + ((t0 + t) * a->n_qh + h * group) * dim;
-        for (int64_t i = 0; i < group * dim; ++i) w->qrow[t * group * dim + i] = src[i] * a->scale;
-        for (int64_t g = 0; g < group; ++g) w->row_pos[t * group + g] = a->q_pos[t0 + t];
+        for (int64_t g = 0; g < group; ++g) {
+            const int64_t r = t * group + g;
+            const float *src = a->q + ((t0 + t) * a->n_qh + h * group + g) * dim;
+            float *nat = (float *)(w->q_nat + r * NV), *spl = (float *)(w->q_split + r * NV);
+            for (int64_t d = 0; d < half; ++d) {
+                nat[2 * d] = spl[d] = src[2 * d] * a->scale;
+                nat[2 * d + 1] = spl[half + d] = src[2 * d + 1] * a->scale;
+            }
+            w->row_pos[r] = a->q_pos[t0 + t];
+            w->m[r] = -INFINITY;
+            w->l[r] = 0.0f;
+            for (int c = 0; c < NV; ++c) w->acc_nat[r * NV + c] = w->acc_split[r * NV + c] = (vf){0};
+        }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-        w->m[r] = -INFINITY;
-        w->l[r] = 0.0f;
-    }
-    memset(w->acc, 0, sizeof(float) * rows * dim);
+    vf key[MAX_NV];
 
     /* the current chunk's keys (fp32) */
     for (int64_t k0 = 0; k0 < n_t; k0 += BLOCK) {
-        int64_t n = n_t - k0 < BLOCK ? n_t - k0 : BLOCK;
-        for (int64_t j = 0; j < n; ++j) {
-            int64_t row = ((t0 + k0 + j) * a->n_kvh + h) * dim;
-            memcpy(w->kf, a->cur_k + row, sizeof(float) * dim);
-            memcpy(w->vblk + j * dim, a->cur_v + row, sizeof(float) * dim);
+        int n = n_t - k0 < BLOCK ? (int)(n_t - k0) : BLOCK;
+        for (int j = 0; j < n; ++j) {
+            const int64_t row = ((t0 + k0 + j) * a->n_kvh + h) * dim;
+            for (int c = 0; c < NV; ++c) {
+                key[c] = load_vf(a->cur_k + row + 16 * c);
+                w->vblk[j * NV + c] = load_vf(a->cur_v + row + 16 * c);
+            }
             w->kpos[j] = a->q_pos[t0 + k0 + j];
-            score_key(w, rows, dim, j, 1.0f);
+            score_key(w, w->q_nat, key, rows, j, 1.0f, NV);
         }
-        fold_block(w, rows, n, dim);
+        fold_block(w, rows, n, NV, 0);
     }
     /* high pool rows (bf16) */
     const int64_t h0 = a->h_off[b], n_h = a->h_off[b + 1] - h0;
     for (int64_t k0 = 0; k0 < n_h; k0 += BLOCK) {
-        int64_t n = n_h - k0 < BLOCK ? n_h - k0 : BLOCK;
-        for (int64_t j = 0; j < n; ++j) {
-            int64_t row = (a->h_slots[h0 + k0 + j] * a->n_kvh + h) * dim;
-            const uint16_t *kr = a->high_k + row, *vr = a->high_v + row;
-            float *v = w->vblk + j * dim;
-            for (int64_t d = 0; d < dim; ++d) {
-                w->kf[d] = bf16_to_float(kr[d]);
-                v[d] = bf16_to_float(vr[d]);
+        int n = n_h - k0 < BLOCK ? (int)(n_h - k0) : BLOCK;
+        for (int j = 0; j < n; ++j) {
+            if (k0 + j + AHEAD < n_h) { /* slots can be anywhere: ask for the rows early */
+                const int64_t ahead = (a->h_slots[h0 + k0 + j + AHEAD] * a->n_kvh + h) * dim;
+                __builtin_prefetch(a->high_k + ahead);
+                __builtin_prefetch(a->high_k + ahead + dim - 1);
+                __builtin_prefetch(a->high_v + ahead);
+                __builtin_prefetch(a->high_v + ahead + dim - 1);
+            }
+            const int64_t row = (a->h_slots[h0 + k0 + j] * a->n_kvh + h) * dim;
+            for (int c = 0; c < NV; ++c) {
+                key[c] = bf16_vf(a->high_k + row + 16 * c);
+                w->vblk[j * NV + c] = bf16_vf(a->high_v + row + 16 * c);
             }
             w->kpos[j] = a->h_pos[h0 + k0 + j];
-            score_key(w, rows, dim, j, 1.0f);
+            score_key(w, w->q_nat, key, rows, j, 1.0f, NV);
         }
-        fold_block(w, rows, n, dim);
+        fold_block(w, rows, n, NV, 0);
     }
-    /* low pool rows (INT4 + fp16 row scales) */
+    /* low pool rows (INT4 + fp16 row scales), in split order */
     const int64_t l0 = a->l_off[b], n_l = a->l_off[b + 1] - l0;
     for (int64_t k0 = 0; k0 < n_l; k0 += BLOCK) {
-        int64_t n = n_l - k0 < BLOCK ? n_l - k0 : BLOCK;
-        for (int64_t j = 0; j < n; ++j) {
-            int64_t slot = a->l_slots[l0 + k0 + j] * a->n_kvh + h;
-            widen_nibbles(a->low_k + slot * half, half, 1.0f, w->kf);
-            widen_nibbles(a->low_v + slot * half, half, half_to_float(a->low_vs[slot]),
-                          w->vblk + j * dim);
+        int n = n_l - k0 < BLOCK ? (int)(n_l - k0) : BLOCK;
+        for (int j = 0; j < n; ++j) {
+            if (k0 + j + AHEAD < n_l) {
+                const int64_t ahead = a->l_slots[l0 + k0 + j + AHEAD] * a->n_kvh + h;
+                __builtin_prefetch(a->low_k + ahead * half);
+                __builtin_prefetch(a->low_k + ahead * half + half - 1);
+                __builtin_prefetch(a->low_v + ahead * half);
+                __builtin_prefetch(a->low_v + ahead * half + half - 1);
+                __builtin_prefetch(a->low_ks + ahead);
+                __builtin_prefetch(a->low_vs + ahead);
+            }
+            const int64_t slot = a->l_slots[l0 + k0 + j] * a->n_kvh + h;
+            const uint8_t *kc = a->low_k + slot * half, *vc = a->low_v + slot * half;
+            const float vscale = half_to_float(a->low_vs[slot]);
+            vf *v = w->vblk + j * NV;
+            for (int c = 0; c < NV / 2; ++c) {
+                nibbles_vf(kc + 16 * c, 1.0f, &key[c], &key[NV / 2 + c]);
+                nibbles_vf(vc + 16 * c, vscale, &v[c], &v[NV / 2 + c]);
+            }
             w->kpos[j] = a->l_pos[l0 + k0 + j];
-            score_key(w, rows, dim, j, half_to_float(a->low_ks[slot]));
+            score_key(w, w->q_split, key, rows, j, half_to_float(a->low_ks[slot]), NV);
         }
-        fold_block(w, rows, n, dim);
+        fold_block(w, rows, n, NV, 1);
     }
 
     for (int64_t t = 0; t < n_t; ++t) {
-        float *dst = a->out + ((t0 + t) * a->n_qh + h * group) * dim;
         for (int64_t g = 0; g < group; ++g) {
-            int64_t r = t * group + g;
-            float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
-            for (int64_t d = 0; d < dim; ++d) dst[g * dim + d] = w->acc[r * dim + d] * inv;
+            const int64_t r = t * group + g;
+            float *dst = a->out + ((t0 + t) * a->n_qh + h * group + g) * dim;
+            const float *nat = (const float *)(w->acc_nat + r * NV);
+            const float *spl = (const float *)(w->acc_split + r * NV);
+            const float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
+            for (int64_t d = 0; d < half; ++d) {
+                dst[2 * d] = (nat[2 * d] + spl[d]) * inv;
+                dst[2 * d + 1] = (nat[2 * d + 1] + spl[half + d]) * inv;
+            }
         }
     }
 }
 
-/* Returns 0, or -1 when scratch could not be allocated (out is then partly written). */
+static void *vec_alloc(size_t n) { return aligned_alloc(64, ((n + 63) / 64) * 64); }
+
+/* Returns 0; -1 when scratch could not be allocated; -2 for a head dim other than 64 or 128. */
 int pask_decode_attention(
     int64_t n_seqs, const int64_t *seqs, const int64_t *q_off, const int64_t *h_off,
     const int64_t *l_off, const float *q, const int64_t *q_pos, const float *cur_k,
@@ -221,44 +270,46 @@ int pask_decode_attention(
     const int64_t *h_pos, const uint8_t *low_k, const uint8_t *low_v, const uint16_t *low_ks,
     const uint16_t *low_vs, const int64_t *l_slots, const int64_t *l_pos, float *out,
     int64_t n_qh, int64_t n_kvh, int64_t dim, float scale, int64_t max_rows, int n_threads) {
-    Args a = {seqs, q_off, h_off, l_off, q, q_pos, cur_k, cur_v, high_k, high_v, h_slots,
-              h_pos, low_k, low_v, low_ks, low_vs, l_slots, l_pos, out, n_qh, n_kvh, dim,
-              scale};
-    if (dim > 512 || dim % 2) return -2;
+    Args a = {q_off, h_off, l_off, q, q_pos, cur_k, cur_v, high_k, high_v, h_slots, h_pos,
+              low_k, low_v, low_ks, low_vs, l_slots, l_pos, out, n_qh, n_kvh, scale};
+    if (dim != 64 && dim != 128) return -2;
+    const int NV = (int)(dim / 16);
     int failed = 0;
     const int64_t tasks = n_seqs * n_kvh;
 #pragma omp parallel num_threads(n_threads) reduction(| : failed)
     {
         Work w;
-        w.qrow = malloc(sizeof(float) * max_rows * dim);
-        w.row_pos = malloc(sizeof(int64_t) * max_rows);
+        const size_t rv = sizeof(vf) * max_rows * NV;
+        w.q_nat = vec_alloc(rv);
+        w.q_split = vec_alloc(rv);
+        w.acc_nat = vec_alloc(rv);
+        w.acc_split = vec_alloc(rv);
+        w.vblk = vec_alloc(sizeof(vf) * BLOCK * NV);
         w.m = malloc(sizeof(float) * max_rows);
         w.l = malloc(sizeof(float) * max_rows);
-        w.acc = malloc(sizeof(float) * max_rows * dim);
+        w.row_pos = malloc(sizeof(int64_t) * max_rows);
         w.s = malloc(sizeof(float) * max_rows * BLOCK);
-        w.vblk = malloc(sizeof(float) * BLOCK * dim);
-        w.kpos = malloc(sizeof(int64_t) * BLOCK);
-        int ok = w.qrow && w.row_pos && w.m && w.l && w.acc && w.s && w.vblk && w.kpos;
+        const int ok = w.q_nat && w.q_split && w.acc_nat && w.acc_split && w.vblk && w.m &&
+                       w.l && w.row_pos && w.s;
         if (!ok) failed = 1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; ++task) {
             if (!ok) continue;
-            /* the common head sizes get their own copy, with the loops over dims unrolled */
-            if (dim == 64)
-                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 64);
-            else if (dim == 128)
-                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 128);
+            /* one copy per head size, with the loops over vectors unrolled */
+            if (NV == 4)
+                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 4);
             else
-                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, dim);
+                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 8);
         }
-        free(w.qrow);
-        free(w.row_pos);
+        free(w.q_nat);
+        free(w.q_split);
+        free(w.acc_nat);
+        free(w.acc_split);
+        free(w.vblk);
         free(w.m);
         free(w.l);
-        free(w.acc);
+        free(w.row_pos);
         free(w.s);
-        free(w.vblk);
-        free(w.kpos);
     }
     return failed ? -1 : 0;
 }

@@ -34,8 +34,17 @@ from pask_agent.kernels.attention_inputs import PoolView
 __all__ = ["attend_small_queries_native", "native_kernel", "native_status"]
 
 SOURCE = Path(__file__).with_name("_decode_attention.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c99")
-MAX_DIM = 512  # the kernel's per-row buffer
+FLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fPIC",
+    "-shared",
+    "-std=gnu11",
+    "-Wall",
+    "-Werror=implicit-function-declaration",
+)
+HEAD_DIMS = (64, 128)  # the head sizes the kernel is built for
 DISABLE_ENV = "PASK_AGENT_NO_NATIVE"  # set to 1 to keep the torch path
 
 _state: dict[str, object] = {}
@@ -133,9 +142,9 @@ def attend_small_queries_native(
     q_off, h_off, l_off = offsets
     k_codes, v_codes, k_scales, v_scales = low_codes
     pools = (high_k, high_v, k_codes, v_codes, k_scales, v_scales)
-    if q.shape[2] % 2 or q.shape[2] > MAX_DIM or not all(p.is_contiguous() for p in pools):
-        # odd or very wide heads, or pools that are views with gaps (copying a whole pool
-        # per call would cost more than it saves): the torch path
+    if q.shape[2] not in HEAD_DIMS or not all(p.is_contiguous() for p in pools):
+        # other head sizes, or pools that are views with gaps (copying a whole pool per call
+        # would cost more than it saves): the torch path
         decode_attention.attend_small_queries(
             out, seqs, offsets, q, q_pos, cur_k, cur_v, high_k, high_v, high, low_codes, low,
             scale=scale,
