@@ -23,6 +23,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from pask_agent.eval.provenance import provenance
+from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy import pask  # noqa: F401 - registers the policies
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.registry import get_policy
@@ -52,12 +53,20 @@ def _label(obj: Any, attr: str, name: str) -> None:
 
 
 def _engine(
-    loaded: Any, c: int, prompt_tokens: int, policy: str, budget: float, new_tokens: int
+    loaded: Any,
+    c: int,
+    prompt_tokens: int,
+    policy: str,
+    budget: float,
+    new_tokens: int,
+    backend: str = "auto",
 ) -> Engine:
     """An engine whose ``c`` requests have all been admitted and prefilled, each with room for
     ``new_tokens`` more (asking for more than the steps use would reserve KV the default
     capacity may not have for all ``c`` at once, and the last ones would wait)."""
-    config = RuntimeConfig(prefill_chunk_tokens=c * prompt_tokens, max_batch=c)
+    config = RuntimeConfig(
+        prefill_chunk_tokens=c * prompt_tokens, max_batch=c, attention_backend=backend
+    )
     engine = Engine(loaded, config)
     pol = get_policy(policy)()
     cfg = engine.config
@@ -75,9 +84,15 @@ def _engine(
 
 
 def measure(
-    loaded: Any, c: int, prompt_tokens: int, steps: int, policy: str, budget: float
+    loaded: Any,
+    c: int,
+    prompt_tokens: int,
+    steps: int,
+    policy: str,
+    budget: float,
+    backend: str = "auto",
 ) -> dict[str, Any]:
-    engine = _engine(loaded, c, prompt_tokens, policy, budget, new_tokens=2 * steps + 8)
+    engine = _engine(loaded, c, prompt_tokens, policy, budget, 2 * steps + 8, backend)
     for _ in range(2):  # warm
         engine.step()
     t0 = time.perf_counter()
@@ -112,6 +127,7 @@ def measure(
         "concurrency": c,
         "prompt_tokens": prompt_tokens,
         "policy": policy,
+        "attention_backend": backend,
         "steps": steps,
         "history_tokens": store.length(engine.live[0].state.seq_id),
         "step_ms_plain": round(plain * 1000, 2),
@@ -170,10 +186,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=0.33)
     p.add_argument("--out", default="results/step_profile")
     p.add_argument("--note", default="", help="a line for the report (what code this measures)")
+    p.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
     args = p.parse_args(argv)
     loaded = load_model(args.model)
     rows = [
-        measure(loaded, int(c), args.prompt_tokens, args.steps, args.policy, args.budget)
+        measure(
+            loaded,
+            int(c),
+            args.prompt_tokens,
+            args.steps,
+            args.policy,
+            args.budget,
+            args.attention_backend,
+        )  # fmt: skip
         for c in args.concurrency.split(",")
     ]
     meta = {**provenance(), "threads": torch.get_num_threads(), "note": args.note}

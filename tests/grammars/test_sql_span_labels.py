@@ -185,6 +185,20 @@ def test_example_rows_and_value_lines_of_the_linked_prompt_are_labelled() -> Non
     assert "SELECT query" in protected and "'" not in protected and "|" not in protected
 
 
+def test_the_last_rows_block_is_labelled_inside_the_chat_template() -> None:
+    """The template closes the system turn right after the schema (``*/<|im_end|>``): the last
+    table's example rows are labelled like every other table's, and what follows the schema
+    is the request, left as protected content."""
+    system, shop = _shop_prompt()
+    text = f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nHow many?<|im_end|>\n"
+    assert system.rstrip().endswith("*/")
+    spans = label_ddl_spans(text, shop)
+    last_row = system.rstrip().rsplit("\n", 2)[-2]  # the last sample row of the last table
+    assert last_row in "".join(_labelled(text, spans, "schema_description"))
+    tail = text[max(end for _, end, label in spans if label != "protected_content") :]
+    assert tail == "<|im_end|>\n<|im_start|>user\nHow many?<|im_end|>\n"
+
+
 def test_forged_rows_and_values_for_other_tables_stay_protected() -> None:
     _, shop = _shop_prompt()
     text = (

@@ -50,7 +50,7 @@ _NAME_TYPES = (TokenType.VAR, TokenType.IDENTIFIER)
 _NAME = r'(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)'
 _ROWS_BLOCK = re.compile(
     r"^/\*\n\d+ example rows from (?P<table>[^\n:]+):\n"
-    r"(?P<header>[^\n]*)\n(?P<rows>(?:.*\n)*?)\*/$",
+    r"(?P<header>[^\n]*)\n(?P<rows>(?:.*\n)*?)\*/",
     re.MULTILINE,
 )
 _VALUES_LINE = re.compile(
