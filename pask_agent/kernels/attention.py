@@ -352,7 +352,8 @@ def mixed_attention(
     backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
     """Dispatch to the Triton kernel ("auto" on CUDA, or "triton"), the compiled CPU decode
-    kernel ("native") or the torch reference ("auto" on a CPU, or "torch").
+    kernel ("auto" on a CPU where it builds, or "native") or the torch reference ("torch", or
+    "auto" on a CPU without a C compiler).
 
     Key scores always come from the reference ("auto" picks it when they are asked for).
     See :func:`mixed_attention_ref` for arguments; an unknown backend raises ValueError.
@@ -368,6 +369,9 @@ def mixed_attention(
     use_triton = backend == "triton" or (backend == "auto" and q.is_cuda and not return_key_scores)
     if use_triton:
         return mixed_attention_triton(*args, scale=scale, return_key_scores=return_key_scores)
-    if backend == "native" and not return_key_scores:
+    native = backend == "native" or (
+        backend == "auto" and not q.is_cuda and cpu_attention.native_kernel() is not None
+    )
+    if native and not return_key_scores:
         return mixed_attention_cpu(*args, scale=scale)
     return mixed_attention_ref(*args, scale=scale, return_key_scores=return_key_scores)

@@ -58,10 +58,10 @@ class RuntimeConfig:
     # Run the model's fp32 CPU linear layers through oneDNN with their weights converted once
     # (runtime/cpu_linear.py): about 2x faster decode steps here, most at 8 rows.
     onednn_linear: bool = True
-    # Attention kernel for the KV store (kernels/attention.py): "auto" (Triton on CUDA, the
-    # torch reference on a CPU), "native" (the compiled C decode kernel on a CPU,
-    # kernels/cpu_attention.py, opt-in until the serving bench shows it faster), "torch" or
-    # "triton".
+    # Attention kernel for the KV store (kernels/attention.py): "auto" (Triton on CUDA; on a
+    # CPU the compiled C decode kernel, kernels/cpu_attention.py, where a C compiler builds
+    # it, else the torch reference), "native", "torch" or "triton". The C kernel made decode
+    # at 8 sequences 13-19 % faster on the serving bench (results/bench.md, runs 7 and 11).
     attention_backend: str = "auto"
 
     def __post_init__(self) -> None:

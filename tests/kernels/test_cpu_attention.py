@@ -1,7 +1,7 @@
 """The compiled CPU decode kernel (``kernels/cpu_attention.py``, ``_decode_attention.c``).
 
 The shared parity cases run it through ``KERNEL_IMPLS`` (``test_attention.py``); here: it is
-really built on this machine, ``backend="native"`` picks it, it agrees with the dense
+really built on this machine, ``backend="auto"`` picks it on a CPU, it agrees with the dense
 softmax on the shape the server runs (GQA 7, head dim 64, thousands of INT4 rows, key blocks
 cut mid-sequence, masked pool keys), and without it everything falls back to the torch path.
 """
@@ -40,21 +40,24 @@ def test_pool_keys_after_a_query_stay_hidden() -> None:
     assert _rel_err(mixed_attention_cpu(**inputs, scale=0.3), want) <= 1e-5
 
 
-def test_native_is_chosen_by_name_and_never_for_key_scores() -> None:
+def test_auto_on_a_cpu_is_native_except_for_key_scores() -> None:
     inputs = build_inputs(CASES["decode_b4_ragged_empty_pools"], seed=13)
     native = mixed_attention_cpu(**inputs, scale=0.2)
     ref = mixed_attention_ref(**inputs, scale=0.2)
-    assert torch.equal(mixed_attention(**inputs, scale=0.2), ref)  # auto on a CPU: torch
+    assert torch.equal(mixed_attention(**inputs, scale=0.2), native)  # auto on a CPU: native
     assert torch.equal(mixed_attention(**inputs, scale=0.2, backend="native"), native)
     assert torch.equal(mixed_attention(**inputs, scale=0.2, backend="torch"), ref)
-    out, _ = mixed_attention(**inputs, scale=0.2, backend="native", return_key_scores=True)
-    assert torch.equal(out, ref)
+    for backend in ("auto", "native"):
+        out, _ = mixed_attention(**inputs, scale=0.2, backend=backend, return_key_scores=True)
+        assert torch.equal(out, ref)
     assert _rel_err(native, ref) <= 1e-5
 
 
-def test_without_the_kernel_native_says_why(monkeypatch) -> None:
+def test_without_the_kernel_auto_is_torch_and_native_says_why(monkeypatch) -> None:
     monkeypatch.setattr(cpu_attention, "_state", {"lib": None, "status": "no C compiler"})
     inputs = build_inputs(CASES["decode_b4_ragged_empty_pools"], seed=14)
+    ref = mixed_attention_ref(**inputs, scale=0.2)
+    assert torch.equal(mixed_attention(**inputs, scale=0.2), ref)
     with pytest.raises(RuntimeError, match="no C compiler"):
         mixed_attention(**inputs, scale=0.2, backend="native")
 
