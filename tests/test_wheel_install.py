@@ -42,6 +42,7 @@ import json, pask_agent
 from pask_agent import Runtime, PaskChatModel, SQLiteAssistant, PolicyTable
 from pask_agent.eval.sql_data import load_sample_questions
 from pask_agent.package_data import calibration_data_dir, policy_table_path, sample_data_dir
+from pask_agent.kernels.cpu_attention import native_status
 table = PolicyTable.from_json(policy_table_path().read_text())
 print(json.dumps({
     "package": pask_agent.__file__,
@@ -50,6 +51,7 @@ print(json.dumps({
     "samples": str(sample_data_dir()),
     "table_model": table.model_id,
     "questions": len(load_sample_questions().questions),
+    "native_kernel": native_status(),
 }))
 """
 
@@ -86,6 +88,7 @@ def test_built_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     assert expected <= shipped, sorted(expected - shipped)
     for sample in ("shop.sqlite", "school.sqlite", "questions.jsonl"):
         assert f"pask_agent/sample_data/{sample}" in names
+    assert "pask_agent/kernels/_decode_attention.c" in names  # built on first use
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)
@@ -103,6 +106,7 @@ def test_built_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
         assert Path(probe[key]).is_relative_to(venv), (key, probe[key])
     assert probe["api"][0] == "pask_agent.runtime.runtime"
     assert probe["table_model"] == "Qwen2.5-Coder-0.5B-Instruct" and probe["questions"] > 0
+    assert probe["native_kernel"] == "compiled"  # the installed source builds outside the checkout
 
     (work / "tools.json").write_text(json.dumps(TOOLS))
     cli = [str(venv / "bin" / "pask-agent"), "call", "--tools", "tools.json"]
