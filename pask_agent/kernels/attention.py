@@ -96,6 +96,7 @@ def mixed_attention_ref(
     *,
     scale: float,
     return_key_scores: bool = False,
+    small_queries: Callable[..., None] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
     """Attention of B ragged sequences over high (bf16), low (INT4) and current K/V (reference).
 
@@ -125,6 +126,10 @@ def mixed_attention_ref(
         Softmax temperature applied to ``q . k`` (usually ``D ** -0.5``).
     return_key_scores : bool
         Also return :class:`KeyScores` (attention mass per key).
+    small_queries : callable, optional
+        How the decode-sized sequences are attended, with the signature of
+        ``decode_attention.attend_small_queries`` (the default); ``mixed_attention_cpu`` passes
+        the compiled kernel's.
 
     Returns
     -------
@@ -136,67 +141,6 @@ def mixed_attention_ref(
     ValueError, TypeError
         Inconsistent shapes, offsets or dtypes (the message names the argument).
     """
-    return _attend(
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-        scale=scale, return_key_scores=return_key_scores,
-        small_queries=decode_attention.attend_small_queries,
-    )  # fmt: skip
-
-
-def mixed_attention_cpu(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
-    *,
-    scale: float,
-) -> torch.Tensor:
-    """:func:`mixed_attention_ref` with its decode-step sequences attended by the compiled C
-    kernel (``cpu_attention.py``), which reads BF16 and INT4 rows without widening whole pools;
-    sequences with many queries (prefill chunks) stay on the torch path. No key scores.
-
-    Raises
-    ------
-    RuntimeError
-        The kernel could not be built here (``cpu_attention.native_status()`` says why).
-    """
-    return _attend(  # type: ignore[return-value]
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-        scale=scale, return_key_scores=False,
-        small_queries=cpu_attention.attend_small_queries_native,
-    )  # fmt: skip
-
-
-def _attend(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
-    *,
-    scale: float,
-    return_key_scores: bool,
-    small_queries: Callable[..., None],
-) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
     q_off, h_off, l_off = check_attention_inputs(
         q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
         low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
@@ -216,7 +160,7 @@ def _attend(
     # sequences with a few queries (decode steps): one padded batch for all of them
     small = decode_attention.SMALL_QUERIES
     batched = [b for b in range(n_seq) if 0 < q_off[b + 1] - q_off[b] <= small]
-    small_queries(
+    (small_queries or decode_attention.attend_small_queries)(
         out, batched, (q_off, h_off, l_off), q, q_pos, cur_k, cur_v, high_k, high_v, high,
         (low_k_codes, low_v_codes, low_k_scales, low_v_scales), low, scale=scale, masses=masses,
     )  # fmt: skip
@@ -284,6 +228,39 @@ def _attend(
     if return_key_scores:
         return out, KeyScores(high=mass_high, low=mass_low, cur=mass_cur)
     return out
+
+
+def mixed_attention_cpu(
+    q: torch.Tensor,
+    q_offsets: torch.Tensor,
+    q_pos: torch.Tensor,
+    cur_k: torch.Tensor,
+    cur_v: torch.Tensor,
+    high_k: torch.Tensor,
+    high_v: torch.Tensor,
+    high: PoolView,
+    low_k_codes: torch.Tensor,
+    low_v_codes: torch.Tensor,
+    low_k_scales: torch.Tensor,
+    low_v_scales: torch.Tensor,
+    low: PoolView,
+    *,
+    scale: float,
+) -> torch.Tensor:
+    """:func:`mixed_attention_ref` with its decode-step sequences attended by the compiled C
+    kernel (``cpu_attention.py``), which reads BF16 and INT4 rows without widening whole pools;
+    sequences with many queries (prefill chunks) stay on the torch path. No key scores.
+
+    Raises
+    ------
+    RuntimeError
+        The kernel could not be built here (``cpu_attention.native_status()`` says why).
+    """
+    return mixed_attention_ref(  # type: ignore[return-value]
+        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
+        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
+        scale=scale, small_queries=cpu_attention.attend_small_queries_native,
+    )  # fmt: skip
 
 
 def mixed_attention_triton(
