@@ -44,10 +44,9 @@ class PolicyEnv:
     # for unit tests that drive a policy without a model).
     model_id: str | None = None
     tokenizer_hash: str | None = None
-    # The answer this session will decode: its tag family ("function_calling", "sql"; None for
-    # free text or unknown) and the most tokens it may have (None: unknown).
+    # The tag family of the answer this session will decode ("function_calling", "sql"; None
+    # for free text or unknown).
     answer_family: str | None = None
-    max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ def _prompt(n: int) -> list[str]:
     return ["protected_content"] * 40 + [rng.choice(LABELS) for _ in range(n - 40)]
 
 
-def _session(family: str | None, max_new_tokens: int | None = 160) -> PaskSession:
-    env = PolicyEnv(COSTS, 4, 16, 0.33, answer_family=family, max_new_tokens=max_new_tokens)
+def _session(family: str | None) -> PaskSession:
+    env = PolicyEnv(COSTS, 4, 16, 0.33, answer_family=family)
     return PaskPolicy().start(env)
 
 
@@ -67,7 +67,7 @@ def test_a_sql_prompt_is_planned_for_the_expected_answer_kept_whole(n: int) -> N
         assert sql > _old_worst_case_share(n, 160) * n * full
     # a function-calling answer is planned as before: at B_D and the expected length
     calls = _planned_bytes(_session("function_calling"), labels)
-    assert calls == _planned_bytes(_session(None, None), labels)
+    assert calls == _planned_bytes(_session(None), labels)
     assert sql < calls
 
 
@@ -120,6 +120,6 @@ def test_the_ceiling_stores_int4_and_never_releases_generated_tokens() -> None:
 def test_measured_families_and_full_budget_have_no_ceiling() -> None:
     assert _session("function_calling").ceiling is None
     assert _session(None).ceiling is None
-    env = PolicyEnv(COSTS, 4, 16, 1.0, answer_family="sql", max_new_tokens=160)
+    env = PolicyEnv(COSTS, 4, 16, 1.0, answer_family="sql")
     assert PaskPolicy().start(env).ceiling is None
     assert _session("sql").ceiling.limit == Fraction(33, 100) + BUDGET_TOLERANCE  # type: ignore[union-attr]
