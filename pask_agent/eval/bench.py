@@ -10,6 +10,12 @@ What a row measures (one row per policy × prompt size × concurrency):
 * ``decode_tok_s``: tokens sampled in *decode steps* (every row feeds one token) over those
   steps' wall time, so prefill does not dilute it; ``e2e_tok_s``: all generated tokens over the
   whole wall time, prefill included. ``ttft_s``/``tpot_s``: request means (``Finished``).
+* ``decode_rows_mean``: requests per decode step. Prefill interleaves with decoding, so with
+  long prompts the first requests can finish before the last ones are prefilled and decode
+  steps run fewer rows than ``c``; ``full_batch_tok_s`` counts only the ``full_batch_steps``
+  in which all ``c`` requests decoded together: what a server holding ``c`` conversations in
+  its memory decodes per second (``--schedule prefill_first`` prefills every queued prompt
+  before decoding starts, so every decode step is full until the requests end).
 * ``admitted_max``: the most requests running at once: under ``kv_capacity_bytes`` the
   engine admits what the policies' demands fit (``runtime/admission.py``); ``fits_at_once``:
   how many requests of this demand the capacity admits at once, however many are queued.
@@ -46,7 +52,7 @@ from pask_agent.runtime.admission import requests_that_fit
 from pask_agent.runtime.cpu_linear import step_weight_bytes
 from pask_agent.runtime.engine import Engine, Failed, Finished, Request, RuntimeConfig
 from pask_agent.runtime.models import LoadedModel, load_model
-from pask_agent.runtime.requests import SamplingParams
+from pask_agent.runtime.requests import SCHEDULES, SamplingParams
 from pask_agent.runtime.results import Delta
 from pask_agent.runtime.runtime import Runtime
 
@@ -149,8 +155,8 @@ def run_level(
     ]
     clock = _ForwardClock(engine.model)
     ends: list[Finished] = []
-    admitted = rss = steps = 0
-    decode_s = decode_tokens = host_s = roof_s = 0.0
+    admitted = rss = steps = full_steps = 0
+    decode_s = decode_tokens = host_s = roof_s = full_s = 0.0
     start = time.perf_counter()
     engine.inbox.extend(requests)
     try:
@@ -172,6 +178,8 @@ def run_level(
                 decode_s, decode_tokens = decode_s + dt, decode_tokens + sampled
                 host_s += dt - clock.seconds
                 roof_s += (weights + store.live_bytes()) / bandwidth
+                if sampled == len(prompts):  # every request of the level in one step
+                    full_steps, full_s = full_steps + 1, full_s + dt
     finally:
         clock.close()
     wall = time.perf_counter() - start
@@ -187,6 +195,9 @@ def run_level(
         "admitted_max": admitted,
         "fits_at_once": fits,
         "decode_tok_s": round(decode_tokens / decode_s, 3) if decode_s else None,
+        "decode_rows_mean": round(decode_tokens / steps, 2) if steps else None,
+        "full_batch_steps": full_steps,
+        "full_batch_tok_s": round(full_steps * len(prompts) / full_s, 3) if full_s else None,
         "e2e_tok_s": round(sum(len(f.token_ids) for f in ends) / wall, 3),
         "tpot_s": round(sum(f.tpot_s for f in ends) / c, 4),
         "ttft_s": round(sum(f.ttft_s for f in ends) / c, 3),
@@ -232,6 +243,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
             max_batch=max(levels),
             kv_capacity_bytes=capacity_for(args, rt.engine.costs, n),
             attention_backend=args.attention_backend,
+            schedule=args.schedule,
         )
         engine = Engine(loaded, config)
         run_level(engine, warm, "full", None, 2, weights=weights, bandwidth=bandwidth)
@@ -248,6 +260,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
         "threads": torch.get_num_threads(),
         "prefill_chunk_tokens": args.prefill_chunk_tokens,
         "attention_backend": args.attention_backend,
+        "schedule": args.schedule,
     }
     return rows, meta
 
@@ -272,6 +285,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=ATTENTION_BACKENDS,
         help="the store's attention kernel (native: the compiled C decode kernel)",
+    )
+    p.add_argument(
+        "--schedule",
+        default="interleave",
+        choices=SCHEDULES,
+        help="prefill_first: every queued prompt is prefilled before decoding starts, so the "
+        "c requests decode together (RuntimeConfig.schedule)",
     )
     p.add_argument("--note", default="", help="a line for the Markdown report")
     p.add_argument("--out", default="results/bench")

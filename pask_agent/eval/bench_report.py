@@ -21,6 +21,9 @@ COLUMNS = (
     ("admitted_max", "admitted at once"),
     ("fits_at_once", "fits at once"),
     ("decode_tok_s", "decode tok/s"),
+    ("decode_rows_mean", "rows / decode step"),
+    ("full_batch_tok_s", "all-c decode tok/s"),
+    ("full_batch_steps", "all-c steps"),
     ("e2e_tok_s", "end-to-end tok/s"),
     ("tpot_s", "TPOT s"),
     ("ttft_s", "TTFT s"),
@@ -46,7 +49,8 @@ def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
             "",
             f"- commit `{meta['git_commit']}`; machine: {meta['machine']}; torch threads "
             f"{meta['threads']}; prefill chunk {meta['prefill_chunk_tokens']} tokens; attention "
-            f"kernel {meta.get('attention_backend', 'auto')}",
+            f"kernel {meta.get('attention_backend', 'auto')}; schedule "
+            f"{meta.get('schedule', 'interleave')}",
             f"- measured memory bandwidth {meta['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s; model "
             f"weights {meta['weights_bytes'] / 1e9:.3f} GB (read by every decode step)",
         ]
@@ -69,7 +73,9 @@ def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     lines += [
         "",
         "Decode tok/s: tokens sampled in decode steps (every running request feeds one token) "
-        "over those steps' time, summed over requests. End-to-end: all generated tokens over "
+        "over those steps' time, summed over requests; rows / decode step: requests decoding in "
+        "those steps (fewer than c when the first finish before the last are prefilled); all-c: "
+        "only the steps in which every request decoded. End-to-end: all generated tokens over "
         "the wall time, prefill included. Admitted at once: the most requests running "
         "together; fits at once: how many of these requests the capacity admits at once. "
         "Host overhead: a decode step's time outside the model forward. Roofline: (weights + "

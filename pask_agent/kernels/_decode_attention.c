@@ -2,12 +2,13 @@
  *
  * The torch path (decode_attention.py) widens every retained row to fp32 before its matmuls,
  * so an INT4 row costs what a BF16 row costs and both cost a pass over memory several times
- * their own size. Here each key row is widened into a few vector registers, used for every
- * query head of its KV group, and dropped: a step reads each row's own bytes once.
+ * their own size. Here a block of key rows is widened into a small buffer that stays in L1,
+ * used for every query head of its KV group, and overwritten: a step reads each row's own
+ * bytes once.
  *
  * One task per (sequence, KV head). Keys come in blocks of BLOCK from three sources (the
- * current chunk, the high pool, the low pool) and are folded into an online softmax, as the
- * Triton kernel does on a GPU. Query row r = t * group + g is token t0 + t, query head
+ * current chunk, the high pool, the low pool), are scored sixteen at a time (``sum16``) and
+ * folded into an online softmax, as the Triton kernel does on a GPU. Query row r = t * group + g is token t0 + t, query head
  * h * group + g, so a token's rows are contiguous in q and out.
  *
  * Head dims 64 and 128 only (NV = D / 16 vectors of 16 floats; GCC vector extensions, so the
@@ -62,10 +63,26 @@ INLINE void nibbles_vf(const uint8_t *p, float scale, vf *even, vf *odd) {
     *odd = __builtin_convertvector(x >> 4, vf) * scale;
 }
 
-INLINE float hsum(vf x) {
-    float s = 0.0f;
-    for (int i = 0; i < 16; ++i) s += x[i];
-    return s;
+/* Sixteen dot products at once: t[j] holds key j's 16 partial sums; lane j of the result is
+ * their total. Summing one vector's lanes in C order is a chain of 16 dependent scalar adds
+ * (the compiler may not reassociate them), which cost more than the products themselves; this
+ * tree halves the lanes of two vectors per step (15 steps of two shuffles and an add). */
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define LO2 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29
+#define HI2 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31
+#define LO1 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define HI1 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define HALVE(a, b, LO, HI) (__builtin_shuffle(a, b, (vi){LO}) + __builtin_shuffle(a, b, (vi){HI}))
+
+INLINE vf sum16(const vf *t) {
+    vf u[8], v[4], w[2];
+    for (int i = 0; i < 8; ++i) u[i] = HALVE(t[2 * i], t[2 * i + 1], LO8, HI8);
+    for (int i = 0; i < 4; ++i) v[i] = HALVE(u[2 * i], u[2 * i + 1], LO4, HI4);
+    for (int i = 0; i < 2; ++i) w[i] = HALVE(v[2 * i], v[2 * i + 1], LO2, HI2);
+    return HALVE(w[0], w[1], LO1, HI1);
 }
 
 /* e^x for x <= 0 (Cephes' polynomial after x = n ln 2 + r), vectorizable where glibc's expf
@@ -109,7 +126,8 @@ typedef struct {
     float *m, *l; /* [R] */
     int64_t *row_pos; /* [R] */
     float *s; /* [R][BLOCK] */
-    vf *vblk; /* [BLOCK][NV] */
+    vf *kblk, *vblk; /* [BLOCK][NV]: one block's keys and values, widened */
+    float kscale[BLOCK];
     int64_t kpos[BLOCK];
 } Work;
 
@@ -150,14 +168,29 @@ INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
     }
 }
 
-/* Column j of the block's scores: key ``k`` (NV vectors, the order of ``qs``) times kscale. */
-INLINE void score_key(Work *w, const vf *qs, const vf *k, int64_t rows, int j, float kscale,
-                      const int NV) {
+/* The staged block's scores (n keys, in the order of ``qs``) for every query row; keys after a
+ * row's position are hidden. */
+INLINE void score_block(Work *w, const vf *qs, int64_t rows, int n, const int NV) {
+    int64_t newest = w->kpos[0];
+    for (int j = 1; j < n; ++j) newest = w->kpos[j] > newest ? w->kpos[j] : newest;
+    for (int j = n; j % 16; ++j) /* the last group's missing keys score zero, and are unused */
+        for (int c = 0; c < NV; ++c) w->kblk[j * NV + c] = (vf){0};
     for (int64_t r = 0; r < rows; ++r) {
-        const vf *qr = qs + r * NV;
-        vf t = qr[0] * k[0];
-        for (int c = 1; c < NV; ++c) t += qr[c] * k[c];
-        w->s[r * BLOCK + j] = w->kpos[j] > w->row_pos[r] ? -INFINITY : hsum(t) * kscale;
+        vf q[MAX_NV], t[16];
+        for (int c = 0; c < NV; ++c) q[c] = qs[r * NV + c];
+        float *s = w->s + r * BLOCK;
+        for (int j0 = 0; j0 < n; j0 += 16) {
+            for (int j = 0; j < 16; ++j) {
+                const vf *k = w->kblk + (j0 + j) * NV;
+                vf x = q[0] * k[0];
+                for (int c = 1; c < NV; ++c) x += q[c] * k[c];
+                t[j] = x;
+            }
+            store_vf(s + j0, sum16(t) * load_vf(w->kscale + j0));
+        }
+        if (newest > w->row_pos[r])
+            for (int j = 0; j < n; ++j)
+                if (w->kpos[j] > w->row_pos[r]) s[j] = -INFINITY;
     }
 }
 
@@ -179,20 +212,19 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
             for (int c = 0; c < NV; ++c) w->acc_nat[r * NV + c] = w->acc_split[r * NV + c] = (vf){0};
         }
     }
-    vf key[MAX_NV];
-
     /* the current chunk's keys (fp32) */
     for (int64_t k0 = 0; k0 < n_t; k0 += BLOCK) {
         int n = n_t - k0 < BLOCK ? (int)(n_t - k0) : BLOCK;
         for (int j = 0; j < n; ++j) {
             const int64_t row = ((t0 + k0 + j) * a->n_kvh + h) * dim;
             for (int c = 0; c < NV; ++c) {
-                key[c] = load_vf(a->cur_k + row + 16 * c);
+                w->kblk[j * NV + c] = load_vf(a->cur_k + row + 16 * c);
                 w->vblk[j * NV + c] = load_vf(a->cur_v + row + 16 * c);
             }
+            w->kscale[j] = 1.0f;
             w->kpos[j] = a->q_pos[t0 + k0 + j];
-            score_key(w, w->q_nat, key, rows, j, 1.0f, NV);
         }
+        score_block(w, w->q_nat, rows, n, NV);
         fold_block(w, rows, n, NV, 0);
     }
     /* high pool rows (bf16) */
@@ -209,12 +241,13 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
             }
             const int64_t row = (a->h_slots[h0 + k0 + j] * a->n_kvh + h) * dim;
             for (int c = 0; c < NV; ++c) {
-                key[c] = bf16_vf(a->high_k + row + 16 * c);
+                w->kblk[j * NV + c] = bf16_vf(a->high_k + row + 16 * c);
                 w->vblk[j * NV + c] = bf16_vf(a->high_v + row + 16 * c);
             }
+            w->kscale[j] = 1.0f;
             w->kpos[j] = a->h_pos[h0 + k0 + j];
-            score_key(w, w->q_nat, key, rows, j, 1.0f, NV);
         }
+        score_block(w, w->q_nat, rows, n, NV);
         fold_block(w, rows, n, NV, 0);
     }
     /* low pool rows (INT4 + fp16 row scales), in split order */
@@ -234,14 +267,15 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
             const int64_t slot = a->l_slots[l0 + k0 + j] * a->n_kvh + h;
             const uint8_t *kc = a->low_k + slot * half, *vc = a->low_v + slot * half;
             const float vscale = half_to_float(a->low_vs[slot]);
-            vf *v = w->vblk + j * NV;
+            vf *k = w->kblk + j * NV, *v = w->vblk + j * NV;
             for (int c = 0; c < NV / 2; ++c) {
-                nibbles_vf(kc + 16 * c, 1.0f, &key[c], &key[NV / 2 + c]);
+                nibbles_vf(kc + 16 * c, 1.0f, &k[c], &k[NV / 2 + c]);
                 nibbles_vf(vc + 16 * c, vscale, &v[c], &v[NV / 2 + c]);
             }
+            w->kscale[j] = half_to_float(a->low_ks[slot]);
             w->kpos[j] = a->l_pos[l0 + k0 + j];
-            score_key(w, w->q_split, key, rows, j, half_to_float(a->low_ks[slot]), NV);
         }
+        score_block(w, w->q_split, rows, n, NV);
         fold_block(w, rows, n, NV, 1);
     }
 
@@ -284,12 +318,13 @@ int pask_decode_attention(
         w.q_split = vec_alloc(rv);
         w.acc_nat = vec_alloc(rv);
         w.acc_split = vec_alloc(rv);
+        w.kblk = vec_alloc(sizeof(vf) * BLOCK * NV);
         w.vblk = vec_alloc(sizeof(vf) * BLOCK * NV);
         w.m = malloc(sizeof(float) * max_rows);
         w.l = malloc(sizeof(float) * max_rows);
         w.row_pos = malloc(sizeof(int64_t) * max_rows);
         w.s = malloc(sizeof(float) * max_rows * BLOCK);
-        const int ok = w.q_nat && w.q_split && w.acc_nat && w.acc_split && w.vblk && w.m &&
+        const int ok = w.q_nat && w.q_split && w.acc_nat && w.acc_split && w.kblk && w.vblk && w.m &&
                        w.l && w.row_pos && w.s;
         if (!ok) failed = 1;
 #pragma omp for schedule(dynamic, 1)
@@ -305,6 +340,7 @@ int pask_decode_attention(
         free(w.q_split);
         free(w.acc_nat);
         free(w.acc_split);
+        free(w.kblk);
         free(w.vblk);
         free(w.m);
         free(w.l);

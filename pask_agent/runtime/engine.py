@@ -6,7 +6,7 @@
    (``runtime/admission.py``: rows per pool; an empty store is re-split to fit them);
 2. pack one chunk per live request on one token axis — the next slice of a prompt that is
    still prefilling (chunked, so long prompts never stall the others for long), or the token(s)
-   sampled last step;
+   sampled last step (held back while prompts prefill under ``schedule="prefill_first"``);
 3. make room for decode rows past their reservation, then ``store.begin_step`` → one model
    forward → ``store.end_step`` (each chunk settles into its planned form as it is written);
 4. for every request whose logits are ready: grammar mask → sample → matcher accept → tag →
@@ -59,8 +59,7 @@ from pask_agent.runtime.retention import retention_view
 from pask_agent.runtime.sampling import sample
 from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
 
-# The request-side types live in requests.py; callers keep importing them from here.
-__all__ = [
+__all__ = [  # the request-side types live in requests.py; callers import them from here
     "Engine",
     "Event",
     "Failed",
@@ -160,7 +159,6 @@ class Engine:
         """Free a kept sequence (an ended conversation) at the next step; thread-safe."""
         self._retired.append(state)
 
-    # ------------------------------------------------------------------ admission
     def _admit(self, events: list[Event]) -> None:
         while self.inbox and len(self.live) < self.config.max_batch:
             r = self.inbox[0]
@@ -202,10 +200,9 @@ class Engine:
 
     def _reuse(self, r: Request) -> int:
         """Prompt tokens the request's sequence already holds (a conversation's last turn)."""
-        st = r.state
-        if not self.store.has_sequence(st.seq_id):
+        if not self.store.has_sequence(r.state.seq_id):
             return 0
-        keep = _common_prefix(st.ids_in_store, r.prompt_ids)
+        keep = _common_prefix(r.state.ids_in_store, r.prompt_ids)
         return min(keep, len(r.prompt_ids) - 1)  # at least one token must run to get logits
 
     def _reserve_for(self, r: Request) -> int:
@@ -244,7 +241,6 @@ class Engine:
         if r.params.seed is not None:
             r.generator = torch.Generator().manual_seed(r.params.seed)
 
-    # ------------------------------------------------------------------ one step
     @torch.inference_mode()
     def step(self) -> list[Event]:
         events: list[Event] = []
@@ -262,6 +258,8 @@ class Engine:
         chunks: list[tuple[str, int]] = []
         tokens: list[int] = []
         batch: list[tuple[Request, bool]] = []
+        prefilling = any(r.prefill_pos < len(r.prompt_ids) for r in self.live)
+        hold_decoding = prefilling and self.config.schedule == "prefill_first"
         for r in self.live:
             if r.prefill_pos < len(r.prompt_ids):
                 if budget <= 0:
@@ -274,6 +272,8 @@ class Engine:
                 budget -= len(ids)
                 r.prefill_pos += len(ids)
                 ready = r.prefill_pos == len(r.prompt_ids)
+            elif hold_decoding:
+                continue
             else:
                 ids, r.feed, ready = r.feed, [], True
                 self.reservations.make_room(r, len(ids), self.live)

@@ -20,6 +20,8 @@ from pask_agent.policy.base import Policy, PolicySession
 from pask_agent.runtime.constraint import Constraint, OutputSpec
 from pask_agent.runtime.results import Delta
 
+SCHEDULES = ("interleave", "prefill_first")  # RuntimeConfig.schedule
+
 
 @dataclass(frozen=True, slots=True)
 class RuntimeConfig:
@@ -63,6 +65,14 @@ class RuntimeConfig:
     # it, else the torch reference), "native", "torch" or "triton". The C kernel made decode
     # at 8 sequences 13-19 % faster on the serving bench (results/bench.md, runs 7 and 11).
     attention_backend: str = "auto"
+    # How prefill shares steps with decoding. "interleave": every step decodes one token for
+    # each running request and adds up to ``prefill_chunk_tokens`` of waiting prompts, so no
+    # request stalls for long. "prefill_first": while any admitted prompt is still being
+    # prefilled, steps run prefill only and decoding waits, so the requests admitted together
+    # decode together in full batches: more tokens per second for batch jobs, longer pauses
+    # between one request's tokens (with 4,096-token prompts on this CPU, the first requests
+    # of a burst otherwise finish before the last ones are prefilled: results/bench.md).
+    schedule: str = "interleave"
 
     def __post_init__(self) -> None:
         capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes
@@ -72,6 +82,8 @@ class RuntimeConfig:
             raise ConfigError(
                 f"attention_backend={self.attention_backend!r}; valid: {list(ATTENTION_BACKENDS)}"
             )
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"schedule={self.schedule!r}; valid: {list(SCHEDULES)}")
         if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
             raise ConfigError(
                 f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"

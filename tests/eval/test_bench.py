@@ -8,6 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pytest
+
 from pask_agent.eval.bench import add_arguments, bench
 from pask_agent.eval.bench_report import write
 from pask_agent.eval.provenance import provenance
@@ -16,6 +18,7 @@ FIELDS = {
     "policy", "concurrency", "prompt_tokens", "decode_tok_s", "tpot_s", "ttft_s",
     "peak_kv_bytes", "allocated_kv_bytes", "rss_peak_bytes", "admitted_max",
     "host_overhead_pct", "host_ms_per_step", "roofline_pct", "measured_b", "e2e_tok_s",
+    "decode_rows_mean", "full_batch_steps", "full_batch_tok_s",
 }  # fmt: skip
 
 
@@ -39,6 +42,9 @@ def test_bench_rows_compare_policies(smollm2, tmp_path: Path) -> None:
         assert 0 < r["host_ms_per_step"] < 1000 * r["tpot_s"] * 2
         assert 0 < r["peak_kv_bytes"] <= r["allocated_kv_bytes"] < r["rss_peak_bytes"]
         assert r["shed_events"] == 0
+        # both prompts fit one prefill chunk: every decode step runs every request
+        assert r["decode_rows_mean"] == r["concurrency"]
+        assert r["full_batch_steps"] == r["decode_steps"] > 0
     peak = {(r["policy"], r["concurrency"]): r["peak_kv_bytes"] for r in rows}
     for c in (1, 2):
         assert peak["pask", c] < peak["full", c]  # the plan runs as the prompt is written
@@ -73,3 +79,23 @@ def test_fixed_capacity_admits_more_pask_requests(smollm2) -> None:
     assert full["kv_capacity_bytes"] == full["allocated_kv_bytes"] == 164 * per_token
     assert full["peak_kv_bytes"] <= full["kv_capacity_bytes"]
     assert pask["peak_kv_bytes"] <= pask["kv_capacity_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("schedule", "decode_steps", "full_steps"), [("interleave", 3, 2), ("prefill_first", 3, 3)]
+)
+def test_full_batch_steps_exclude_steps_with_requests_missing(
+    smollm2, schedule: str, decode_steps: int, full_steps: int
+) -> None:
+    """One prompt per prefill chunk. Interleaved, the first request decodes while the second
+    is prefilled and finishes first, so one decode step runs the second alone and the all-c
+    rate leaves it out; prefill first, both decode together in every decode step."""
+    args = _args("--policies", "full", "--concurrency", "2", "--prompt-tokens", "160",
+                 "--prefill-chunk-tokens", "160", "--schedule", schedule)  # fmt: skip
+    rows, meta = bench(smollm2, args)
+    (row,) = rows
+    assert meta["schedule"] == schedule
+    assert (row["decode_steps"], row["full_batch_steps"]) == (decode_steps, full_steps)
+    rows_run = 2 * full_steps + (decode_steps - full_steps)
+    assert row["decode_rows_mean"] == round(rows_run / decode_steps, 2)
+    assert row["full_batch_tok_s"] > 0
