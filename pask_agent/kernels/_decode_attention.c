@@ -36,6 +36,10 @@ typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
 typedef int8_t vb __attribute__((vector_size(16), aligned(1)));
 typedef uint16_t vh __attribute__((vector_size(32), aligned(2)));
 
+#if defined(__F16C__) /* every x86 CPU with AVX2: one instruction */
+#include <immintrin.h>
+INLINE float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+#else
 INLINE float half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     union { uint32_t u; float f; } v;
@@ -46,6 +50,8 @@ INLINE float half_to_float(uint16_t h) {
     v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
     return v.f;
 }
+
+#endif
 
 INLINE vf load_vf(const float *p) { return *(const vf *)p; }
 INLINE void store_vf(float *p, vf x) { *(vf *)p = x; }
