@@ -8,8 +8,9 @@
  *
  * One task per (sequence, KV head). Keys come in blocks of BLOCK from three sources (the
  * current chunk, the high pool, the low pool), are scored sixteen at a time (``sum16``) and
- * folded into an online softmax, as the Triton kernel does on a GPU. Query row r = t * group + g is token t0 + t, query head
- * h * group + g, so a token's rows are contiguous in q and out.
+ * folded into an online softmax, as the Triton kernel does on a GPU. Query row
+ * r = t * group + g is token t0 + t, query head h * group + g, so a token's rows are
+ * contiguous in q and out.
  *
  * Head dims 64 and 128 only (NV = D / 16 vectors of 16 floats; GCC vector extensions, so the
  * same source builds for AVX-512, AVX2 or anything else). Packed INT4 rows hold the even dims
@@ -330,8 +331,8 @@ int pask_decode_attention(
         w.l = malloc(sizeof(float) * max_rows);
         w.row_pos = malloc(sizeof(int64_t) * max_rows);
         w.s = malloc(sizeof(float) * max_rows * BLOCK);
-        const int ok = w.q_nat && w.q_split && w.acc_nat && w.acc_split && w.kblk && w.vblk && w.m &&
-                       w.l && w.row_pos && w.s;
+        const int ok = w.q_nat && w.q_split && w.acc_nat && w.acc_split && w.kblk && w.vblk &&
+                       w.m && w.l && w.row_pos && w.s;
         if (!ok) failed = 1;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t task = 0; task < tasks; ++task) {

@@ -258,8 +258,8 @@ class Engine:
         chunks: list[tuple[str, int]] = []
         tokens: list[int] = []
         batch: list[tuple[Request, bool]] = []
-        prefilling = any(r.prefill_pos < len(r.prompt_ids) for r in self.live)
-        hold_decoding = prefilling and self.config.schedule == "prefill_first"
+        prefill_first = self.config.schedule == "prefill_first"
+        hold_decoding = prefill_first and any(r.prefill_pos < len(r.prompt_ids) for r in self.live)
         for r in self.live:
             if r.prefill_pos < len(r.prompt_ids):
                 if budget <= 0:
