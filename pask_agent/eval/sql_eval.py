@@ -63,6 +63,7 @@ class SqlConfig:
     linking: bool
     bind_columns: bool = True
     table_aliases: bool = False
+    conventions: bool = True
 
     @property
     def name(self) -> str:
@@ -70,7 +71,8 @@ class SqlConfig:
         plain = "" if self.linking else " plain"
         unbound = "" if self.bind_columns else " unbound"
         aliased = " aliased" if self.table_aliases else ""
-        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}"
+        bare = "" if self.conventions else " no-conventions"
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}{bare}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,12 +155,13 @@ def configurations(
     linking: bool,
     bind_columns: bool = True,
     table_aliases: bool = False,
+    conventions: bool = True,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
     for p in policies:
         for b in [None] if p == "full" else budgets:
-            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases)
+            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases, conventions)
             if cfg not in out:
                 out.append(cfg)
     return out
@@ -183,8 +186,9 @@ def score(
                     right[c.sql] = False
             ok = right[c.sql]
         candidates.append(
-            {"sql": c.sql, "digest": c.digest, "votes": c.votes, "error": c.error, "correct": ok}
-        )
+            {"sql": c.sql, "digest": c.digest, "votes": c.votes, "error": c.error,
+             "empty": c.empty, "correct": ok}
+        )  # fmt: skip
     correct = answer.error is None and right.get(answer.sql, False)
     u = answer.usage
     return SqlRecord(
@@ -215,11 +219,11 @@ async def evaluate(
     check_inputs(questions)
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants: dict[tuple[str, bool, bool, bool], SQLiteAssistant] = {}
+        assistants: dict[tuple[str, bool, bool, bool, bool], SQLiteAssistant] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
-                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases)
+                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases, cfg.conventions)
                     if key not in assistants:
                         assistants[key] = SQLiteAssistant(
                             questions.db_path(q.db),
@@ -228,6 +232,7 @@ async def evaluate(
                             linking=cfg.linking,
                             bind_columns=cfg.bind_columns,
                             table_aliases=cfg.table_aliases,
+                            conventions=cfg.conventions,
                         )
                     assistant = assistants[key]
                     start = time.perf_counter()
@@ -280,7 +285,7 @@ def revote(record: SqlRecord, k: int) -> SqlRecord:
     vote (``tally``) over fewer candidates. ``measured_b`` stays the whole run's worst
     candidate's, an upper bound for the first ``k``."""
     cands = [dict(c) for c in record.candidates[:k]]
-    votes, best = tally([c["digest"] for c in cands])
+    votes, best = tally([c["digest"] for c in cands], [c.get("empty", False) for c in cands])
     for c, v in zip(cands, votes, strict=True):
         c["votes"] = v
     chosen = cands[0] if best is None else cands[best]
@@ -507,6 +512,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="let queries alias tables (T1.col) as before; columns in joins stay unbound",
     )
+    parser.add_argument(
+        "--no-conventions",
+        action="store_true",
+        help="the instructions without the SQLite conventions block (as before)",
+    )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument(
         "--baseline",
@@ -560,6 +570,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.no_linking,
             not args.no_binding,
             args.table_aliases,
+            not args.no_conventions,
         )
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
@@ -573,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
             "linking": not args.no_linking,
             "bind_columns": not args.no_binding,
             "table_aliases": args.table_aliases,
+            "conventions": not args.no_conventions,
             "repairs": args.repairs,
         }
         records = anyio.run(

@@ -41,7 +41,7 @@ from pask_agent.grammars.sql.span_labels import label_ddl_spans
 from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
-from pask_agent.integrations.sql_vote import SqlCandidate, result_digest, tally
+from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
 from pask_agent.runtime.results import Usage
 from pask_agent.runtime.runtime import Runtime
 
@@ -53,6 +53,22 @@ INSTRUCTIONS = (
 UNALIASED = (
     " Never alias a table: in a query over several tables, write every column as "
     "table.column, e.g. customers.first_name."
+)
+# SQLite habits the default model gets wrong on the dev split (results/sql_dev_unaliased2_full):
+# ids where names were asked for, unrounded averages, `= 'NULL'`, date differences as text
+# subtraction, percentages in integer arithmetic, a LIMIT 1 on "most frequent first".
+CONVENTIONS = (
+    "\nConventions:\n"
+    "- When the question asks which or what things, return their names or titles, not ids; "
+    "join the table that holds the name.\n"
+    "- Round only when asked: ROUND(x, 2) for cents, ROUND(x, 1) for one decimal, ROUND(x) "
+    "for whole numbers.\n"
+    "- An average is AVG(x). A percentage is 100.0 * SUM(CASE WHEN condition THEN 1 ELSE 0 "
+    "END) / COUNT(*).\n"
+    "- Days between two dates: JULIANDAY(later) - JULIANDAY(earlier).\n"
+    "- Test a missing value with IS NULL or IS NOT NULL.\n"
+    "- Use LIMIT only when the question asks for a number of rows or for the top one.\n"
+    "- Copy text values exactly as the schema shows them."
 )
 _VALUE_HINTS = 4  # distinct example values shown per text column
 MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
@@ -190,6 +206,11 @@ class SQLiteAssistant:
         Full-KV accuracy as with aliases (32 of 65 both), 28 candidates SQLite refused for a
         misplaced column instead of 72 of 325, and PASK at B = 0.33 one question behind Full
         KV. ``True`` allows ``FROM customers AS T1`` as earlier versions did.
+    conventions
+        State a few SQLite conventions in the instructions (``CONVENTIONS``: names rather than
+        ids, ``ROUND`` when asked, ``AVG``, percentages, ``JULIANDAY``, ``IS NULL``, when to
+        ``LIMIT``), the habits the default model got wrong on the dev split. ``False`` gives
+        the instructions of earlier versions.
 
     Raises
     ------
@@ -217,6 +238,7 @@ class SQLiteAssistant:
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
         bind_columns: bool = True,
         table_aliases: bool = False,
+        conventions: bool = True,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
@@ -233,6 +255,7 @@ class SQLiteAssistant:
             self.schema, bind_columns=bind_columns, table_aliases=table_aliases
         )
         self.table_aliases = table_aliases
+        self.conventions = conventions
         self.runtime = runtime
         self.linking = linking
         self.schema_tokens = schema_tokens
@@ -290,7 +313,8 @@ class SQLiteAssistant:
         schema larger than that shows only what the question links to (``sql_prompt.py``).
         """
         unaliased = "" if self.table_aliases else UNALIASED
-        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}\n\n"
+        conventions = CONVENTIONS if self.conventions else ""
+        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}{conventions}\n\n"
         if not self.linking:
             return f"{head}{self.schema.ddl()}\n{self._value_hints()}"
         budget = self.schema_tokens - self._count_tokens(head)
@@ -351,8 +375,7 @@ class SQLiteAssistant:
                     tg.start_soon(run, i)
         except BaseExceptionGroup as group:  # a request's own typed error, not a group of them
             raise group.exceptions[0] from group
-        digests = [c.digest for c, _ in outcomes]
-        votes, best = tally(digests)
+        votes, best = tally([c.digest for c, _ in outcomes], [c.empty for c, _ in outcomes])
         chosen = [replace(c, votes=v) for (c, _), v in zip(outcomes, votes, strict=True)]
         usage = SqlUsage.of([c.usage for c in chosen], time.perf_counter() - start)
         if best is None:
@@ -394,8 +417,10 @@ class SQLiteAssistant:
                 failed.append((sql, str(exc)))
                 messages = [*messages, *repair_turn(sql, str(exc))]
                 continue
-            digest = result_digest(rows)
-            return SqlCandidate(sql, digest, 0, None, seed, result.usage, tuple(failed)), rows
+            cand = SqlCandidate(
+                sql, result_digest(rows), 0, None, seed, result.usage, tuple(failed), is_empty(rows)
+            )
+            return cand, rows
 
     async def _complete(
         self,

@@ -30,8 +30,9 @@ class SqlCandidate:
     """One decoded query and how it ran.
 
     ``digest`` identifies its result set (``None`` when it failed); ``votes`` is how many
-    candidates returned the same result set (0 for a failed one); ``failed`` lists the attempts
-    SQLite refused before this one, when repairs are on; ``usage`` is its final request's.
+    candidates returned the same result set (0 for a failed one); ``empty`` says the result
+    had no rows or only NULLs; ``failed`` lists the attempts SQLite refused before this one,
+    when repairs are on; ``usage`` is its final request's.
     """
 
     sql: str
@@ -41,6 +42,7 @@ class SqlCandidate:
     seed: int | None
     usage: Usage
     failed: tuple[tuple[str, str], ...] = ()
+    empty: bool = False
 
 
 def _normalized(value: Any) -> Any:
@@ -56,19 +58,31 @@ def result_digest(result: QueryResult) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def tally(digests: Sequence[str | None]) -> tuple[list[int], int | None]:
+def is_empty(result: QueryResult) -> bool:
+    """No rows, or nothing but NULLs (``SELECT AVG(x) ... WHERE <matches nothing>``)."""
+    return all(v is None for row in result.rows for v in row)
+
+
+def tally(
+    digests: Sequence[str | None], empty: Sequence[bool] | None = None
+) -> tuple[list[int], int | None]:
     """Votes per candidate and the index of the winner (``None`` when every one failed).
 
-    The winner's result set has the most votes; among equal counts, the one whose first
+    The winner's result set is non-empty if any candidate's is (``empty`` marks the empty
+    ones) and has the most votes among those; among equal counts, the one whose first
     candidate comes earliest wins, so greedy (candidate 0) breaks ties.
     """
+    flags = [False] * len(digests) if empty is None else list(empty)
+    if len(flags) != len(digests):
+        raise ValueError(f"{len(digests)} digests but {len(flags)} empty flags")
     counts: dict[str, int] = {}
     for d in digests:
         if d is not None:
             counts[d] = counts.get(d, 0) + 1
     votes = [counts[d] if d is not None else 0 for d in digests]
+    rank = [(not e, v) for e, v in zip(flags, votes, strict=True)]
     best: int | None = None
     for i, v in enumerate(votes):
-        if v > 0 and (best is None or v > votes[best]):
+        if v > 0 and (best is None or rank[i] > rank[best]):
             best = i
     return votes, best
