@@ -73,6 +73,15 @@ def test_k_curve_revotes_the_first_k_candidates() -> None:
     assert k_curve(records, [1, 2, 3]) == {1: round(1 / 3, 4), 2: round(2 / 3, 4), 3: 1.0}
 
 
+def test_revote_demotes_recorded_empty_results() -> None:
+    r = record(0, "simple", False, 0.3, [("e", False), ("e", False), ("x", True)])
+    for c in r.candidates[:2]:
+        c["empty"] = True
+    assert revote(r, 3).correct and revote(r, 3).predicted_sql == "SELECT 1"
+    old = record(1, "simple", False, 0.3, [("e", False), ("e", False), ("x", True)])
+    assert not revote(old, 3).correct  # records without the flag vote as they did
+
+
 def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     records = [
         record(0, "simple", True, 0.30, [("a", True)]),

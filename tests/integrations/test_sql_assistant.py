@@ -98,6 +98,22 @@ def test_prompt_has_labelled_ddl(shop_copy: Path) -> None:
     assistant.close()
 
 
+def test_conventions_are_instructions_and_can_be_left_out(shop_copy: Path) -> None:
+    with_conv = SQLiteAssistant(shop_copy)
+    without = SQLiteAssistant(shop_copy, conventions=False)
+    try:
+        assert "JULIANDAY(later) - JULIANDAY(earlier)" in with_conv.system_prompt
+        assert "JULIANDAY" not in without.system_prompt
+        assert with_conv.system_prompt.endswith(without.system_prompt.split("\n\n", 1)[1])
+        # the conventions are instructions (protected), never labelled as schema names
+        end = with_conv.system_prompt.index("CREATE TABLE")
+        spans = with_conv.label_spans(with_conv.system_prompt)
+        assert all(label == "protected_content" for s, _, label in spans if s < end - 2)
+    finally:
+        with_conv.close()
+        without.close()
+
+
 @pytest.mark.slow
 def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
     """Shared runtime (runtime=None): a real answer, then adversarial questions."""

@@ -19,7 +19,7 @@ import pytest
 from pask_agent.errors import ConfigError, RequestTooLargeError
 from pask_agent.integrations.sql import DEFAULT_CANDIDATES, MAX_QUESTION_CHARS, SQLiteAssistant
 from pask_agent.integrations.sql_db import QueryResult
-from pask_agent.integrations.sql_vote import result_digest, tally
+from pask_agent.integrations.sql_vote import is_empty, result_digest, tally
 from pask_agent.package_data import sample_data_dir
 from pask_agent.runtime.runtime import Runtime
 
@@ -45,6 +45,20 @@ def test_tally_majority_ties_to_the_earliest_and_never_a_failure() -> None:
     assert tally([None, "b"]) == ([0, 1], 1)  # a lone runner beats a failed greedy
     assert tally([None, None]) == ([0, 0], None)
     assert tally(["x"]) == ([1], 0)
+
+
+def test_an_empty_result_wins_only_when_nothing_else_ran() -> None:
+    assert is_empty(result([])) and is_empty(result([(None,), (None,)]))
+    assert not is_empty(result([(0,)])) and not is_empty(result([(None,), (3,)]))
+    # two empty results outvoted a lone non-empty one before; now the rows win
+    assert tally(["e", "e", "r"], [True, True, False]) == ([2, 2, 1], 2)
+    # among non-empty results the majority and the greedy tie-break hold as before
+    assert tally(["e", "a", "b", "b"], [True, False, False, False]) == ([1, 1, 2, 2], 2)
+    assert tally(["a", "e", "b"], [False, True, False]) == ([1, 1, 1], 0)
+    # nothing but empty results (or failures): the empty majority answers
+    assert tally([None, "e", "f", "f"], [False, True, True, True]) == ([0, 1, 2, 2], 2)
+    with pytest.raises(ValueError, match="3 digests but 2"):
+        tally(["a", "b", "c"], [False, False])
 
 
 def test_bad_arguments_are_refused_before_any_model(tmp_path: Path) -> None:
