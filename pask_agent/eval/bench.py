@@ -43,6 +43,7 @@ from typing import Any
 
 import torch
 
+from pask_agent.errors import ConfigError
 from pask_agent.eval.provenance import provenance
 from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy import pask  # noqa: F401 - registers the policies
@@ -228,31 +229,62 @@ def capacity_for(args: argparse.Namespace, costs: Any, prompt_tokens: int) -> in
     return None
 
 
+def concurrency_levels(text: str, policies: Sequence[str]) -> dict[str, list[int]]:
+    """``--concurrency``: ``"1,4,8"`` for every policy, or ``"full=4,pask=11"`` for each
+    (the number of conversations each serves at a fixed capacity)."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        if not any("=" in x for x in items):
+            levels = [int(x) for x in items]
+            return {p: levels for p in policies} if levels else {}
+        pairs = [x.split("=", 1) for x in items]
+        named = {name.strip(): [] for name, _ in pairs}
+        for name, c in pairs:
+            named[name.strip()].append(int(c))
+    except ValueError as exc:
+        raise ConfigError(f"--concurrency: {text!r} is not '1,4,8' or 'full=4,pask=11'") from exc
+    if set(named) != set(policies):
+        raise ConfigError(
+            f"--concurrency names {sorted(named)}; name each of --policies {list(policies)} once"
+        )
+    return {p: named[p] for p in policies}
+
+
 def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict]:
-    """Every row of the grid, and what every row was measured against."""
-    levels = [int(x) for x in args.concurrency.split(",")]
+    """Every row of the grid, ``--repeat`` times, and what every row was measured against.
+
+    Rounds run the whole grid in turn (round 0, then round 1, ...), so a paired ratio of two
+    policies within a round compares runs minutes apart, not a run at the start with one at
+    the end, on a machine whose speed drifts."""
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    levels = concurrency_levels(args.concurrency, policies)
+    if not levels or args.repeat < 1:
+        raise ConfigError("name at least one concurrency level, and --repeat >= 1")
+    widest = max(c for cs in levels.values() for c in cs)
     sizes = [int(x) for x in str(args.prompt_tokens).split(",")]
-    rt = Runtime(loaded, config=RuntimeConfig(max_batch=max(levels)))
+    rt = Runtime(loaded, config=RuntimeConfig(max_batch=widest))
     bandwidth, weights = measure_bandwidth(), step_weight_bytes(loaded.model)
     warm = make_prompts(rt, 32, 1)
     rows = []
     for n in sizes:
-        prompts = make_prompts(rt, n, max(levels))
+        prompts = make_prompts(rt, n, widest)
         config = RuntimeConfig(
             prefill_chunk_tokens=args.prefill_chunk_tokens,
-            max_batch=max(levels),
+            max_batch=widest,
             kv_capacity_bytes=capacity_for(args, rt.engine.costs, n),
             attention_backend=args.attention_backend,
             schedule=args.schedule,
         )
         engine = Engine(loaded, config)
         run_level(engine, warm, "full", None, 2, weights=weights, bandwidth=bandwidth)
-        for policy in args.policies.split(","):
-            for c in levels:
-                row = run_level(engine, prompts[:c], policy, args.budget, args.new_tokens,
-                                weights=weights, bandwidth=bandwidth)  # fmt: skip
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+        for round_ in range(args.repeat):
+            for policy in policies:
+                for c in levels[policy]:
+                    row = run_level(engine, prompts[:c], policy, args.budget, args.new_tokens,
+                                    weights=weights, bandwidth=bandwidth)  # fmt: skip
+                    row = {**row, "round": round_}
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
     meta = {
         "model": args.model,
         "weights_bytes": weights,
@@ -261,6 +293,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
         "prefill_chunk_tokens": args.prefill_chunk_tokens,
         "attention_backend": args.attention_backend,
         "schedule": args.schedule,
+        "repeat": args.repeat,
     }
     return rows, meta
 
@@ -269,7 +302,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--policies", default="full,pask,snapkv", help="comma-separated names")
     p.add_argument("--budget", type=float, default=0.33, help="KV budget B for every policy")
-    p.add_argument("--concurrency", default="1,4,8")
+    p.add_argument(
+        "--concurrency",
+        default="1,4,8",
+        help="levels for every policy (1,4,8) or one per policy (full=4,pask=11)",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the grid N times in rounds; the report pairs policies within each round",
+    )
     p.add_argument("--prompt-tokens", default="512", help="comma-separated prompt sizes")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--kv-capacity-bytes", type=int, default=None)
@@ -303,6 +346,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main_from_args(args: argparse.Namespace, command: str) -> int:
     from pask_agent.eval.bench_report import write
 
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    concurrency_levels(args.concurrency, policies)  # a malformed grid fails before the model
     loaded = load_model(args.model)
     rows, meta = bench(loaded, args)
     meta = {**provenance(), **meta, "command": command, "note": args.note}

@@ -14,6 +14,7 @@ from pask_agent.eval.plots import plot_bench
 
 COLUMNS = (
     ("run", "run"),
+    ("round", "round"),
     ("policy", "policy"),
     ("prompt_tokens", "prompt"),
     ("concurrency", "c"),
@@ -39,6 +40,61 @@ COLUMNS = (
 
 def _mib(n: int | None) -> str:
     return "" if n is None else f"{n / 2**20:.1f}"
+
+
+def paired_rounds(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Within each run, prompt size and round: every policy's all-c decode tok/s over the
+    first policy's (a run's first row names it), at each policy's first concurrency level.
+    Pairing within a round keeps a drifting machine's speed out of the ratio."""
+    groups: dict[tuple[Any, Any, Any], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        if "round" in r:
+            key = (r.get("run", 0), r["prompt_tokens"], r["round"])
+            groups.setdefault(key, {}).setdefault(r["policy"], r)
+    out = []
+    for (run, prompt, round_), by_policy in groups.items():
+        ref_name, ref = next(iter(by_policy.items()))
+        for name, r in list(by_policy.items())[1:]:
+            a, b = r.get("full_batch_tok_s"), ref.get("full_batch_tok_s")
+            out.append({
+                "run": run, "prompt_tokens": prompt, "round": round_, "policy": name,
+                "concurrency": r["concurrency"], "reference": ref_name,
+                "reference_concurrency": ref["concurrency"], "tok_s": a, "reference_tok_s": b,
+                "ratio": round(a / b, 3) if a and b else None,
+            })  # fmt: skip
+    return out
+
+
+def _rounds_section(rows: list[dict[str, Any]]) -> list[str]:
+    pairs = [p for p in paired_rounds(rows) if p["ratio"] is not None]
+    runs = {p["run"] for p in pairs if p["round"] > 0}  # runs of more than one round
+    pairs = [p for p in pairs if p["run"] in runs]
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## Paired rounds (all-c decode tok/s, each policy over the run's first, same round)",
+        "",
+        "| run | prompt | round | policy (c) | reference (c) | tok/s | reference tok/s | ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for p in pairs:
+        lines.append(
+            f"| {p['run']} | {p['prompt_tokens']} | {p['round']} | {p['policy']} "
+            f"({p['concurrency']}) | {p['reference']} ({p['reference_concurrency']}) | "
+            f"{p['tok_s']} | {p['reference_tok_s']} | {p['ratio']}x |"
+        )
+    lines.append("")
+    for run in sorted(runs):
+        for name in dict.fromkeys(p["policy"] for p in pairs if p["run"] == run):
+            ratios = sorted(p["ratio"] for p in pairs if p["run"] == run and p["policy"] == name)
+            mid = len(ratios) // 2
+            median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+            lines.append(
+                f"- run {run}, {name}: {len(ratios)} rounds, ratio median {median:.3f}x, "
+                f"min {ratios[0]:.3f}x, max {ratios[-1]:.3f}x"
+            )
+    return lines
 
 
 def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
@@ -82,6 +138,7 @@ def markdown(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         "retained KV payload) / measured bandwidth, over the decode step's time. Peak KV: the "
         "store's live payload high-water mark inside the steps; allocated: the preallocated "
         "pools; RSS: the process, sampled after each step.",
+        *_rounds_section(rows),
     ]
     return "\n".join(lines) + "\n"
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pask_agent.eval.bench import add_arguments, bench
-from pask_agent.eval.bench_report import write
+from pask_agent.errors import ConfigError
+from pask_agent.eval.bench import add_arguments, bench, concurrency_levels
+from pask_agent.eval.bench_report import paired_rounds, write
 from pask_agent.eval.provenance import provenance
 
 FIELDS = {
@@ -60,7 +61,8 @@ def test_bench_rows_compare_policies(smollm2, tmp_path: Path) -> None:
     assert all(m["git_commit"] and m["machine"] for m in saved["runs"])
     text = (tmp_path / "bench.md").read_text()
     assert "Run 0: `pask-agent bench`" in text and "Run 1: `again`" in text
-    assert "| 0 | pask | 160 | 2 |" in text
+    assert "| 0 | 0 | pask | 160 | 2 |" in text  # run 0, round 0
+    assert "Paired rounds" not in text  # one round: no drift to pair away
     assert (tmp_path / "bench.png").stat().st_size > 0
 
 
@@ -99,3 +101,38 @@ def test_full_batch_steps_exclude_steps_with_requests_missing(
     rows_run = 2 * full_steps + (decode_steps - full_steps)
     assert row["decode_rows_mean"] == round(rows_run / decode_steps, 2)
     assert row["full_batch_tok_s"] > 0
+
+
+def test_concurrency_per_policy_is_parsed_or_refused() -> None:
+    assert concurrency_levels("1,4", ["full", "pask"]) == {"full": [1, 4], "pask": [1, 4]}
+    assert concurrency_levels("full=4,pask=11", ["full", "pask"]) == {"full": [4], "pask": [11]}
+    with pytest.raises(ConfigError, match="name each of"):
+        concurrency_levels("full=4", ["full", "pask"])
+    with pytest.raises(ConfigError, match="is not"):
+        concurrency_levels("full=four", ["full"])
+
+
+def test_rounds_pair_each_policy_with_the_first_in_the_same_round(smollm2, tmp_path: Path) -> None:
+    """Two rounds of Full KV at c = 1 against PASK at c = 2: rows come round by round, and the
+    paired ratio of a round is PASK's all-c rate over Full KV's in that same round."""
+    args = _args("--policies", "full,pask", "--concurrency", "full=1,pask=2",
+                 "--prompt-tokens", "160", "--repeat", "2")  # fmt: skip
+    rows, meta = bench(smollm2, args)
+    assert meta["repeat"] == 2
+    assert [(r["round"], r["policy"], r["concurrency"]) for r in rows] == [
+        (0, "full", 1),
+        (0, "pask", 2),
+        (1, "full", 1),
+        (1, "pask", 2),
+    ]
+    pairs = paired_rounds(rows)
+    assert [(p["round"], p["policy"], p["reference"]) for p in pairs] == [
+        (0, "pask", "full"),
+        (1, "pask", "full"),
+    ]
+    for p, (full, pask) in zip(pairs, (rows[:2], rows[2:]), strict=True):
+        assert p["ratio"] == round(pask["full_batch_tok_s"] / full["full_batch_tok_s"], 3)
+    meta = {**provenance(["pask-agent", "bench"]), **meta, "command": "pask-agent bench"}
+    write(rows, tmp_path / "bench", meta)
+    text = (tmp_path / "bench.md").read_text()
+    assert "## Paired rounds" in text and "- run 0, pask: 2 rounds, ratio median" in text
