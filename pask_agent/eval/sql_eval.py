@@ -47,7 +47,7 @@ from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
 from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SqlAnswer, SQLiteAssistant
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
-from pask_agent.integrations.sql_vote import tally
+from pask_agent.integrations.sql_vote import result_digest, tally
 
 _ALL_ROWS = 1_000_000  # scoring compares whole results, not the assistant's row cap
 _DIFFICULTIES = ("simple", "moderate", "challenging")
@@ -63,7 +63,7 @@ class SqlConfig:
     linking: bool
     bind_columns: bool = True
     table_aliases: bool = False
-    conventions: bool = True
+    examples: int = 0
 
     @property
     def name(self) -> str:
@@ -71,8 +71,8 @@ class SqlConfig:
         plain = "" if self.linking else " plain"
         unbound = "" if self.bind_columns else " unbound"
         aliased = " aliased" if self.table_aliases else ""
-        bare = "" if self.conventions else " no-conventions"
-        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}{bare}"
+        shown = f" ex={self.examples}" if self.examples else ""
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}{shown}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,8 @@ class SqlRecord:
     seconds: float
     repairs: int = 0
     candidates: list[dict[str, Any]] = field(default_factory=list)
+    # the gold result equals one of the worked examples' the prompt showed (sql_examples.py)
+    example_match: bool = False
 
 
 def gold_orders(sql: str) -> bool:
@@ -155,22 +157,35 @@ def configurations(
     linking: bool,
     bind_columns: bool = True,
     table_aliases: bool = False,
-    conventions: bool = True,
+    examples: int = 0,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
     for p in policies:
         for b in [None] if p == "full" else budgets:
-            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases, conventions)
+            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases, examples)
             if cfg not in out:
                 out.append(cfg)
     return out
 
 
+def example_digests(assistant: SQLiteAssistant) -> frozenset[str]:
+    """The result sets of the worked examples the assistant's prompt shows."""
+    return frozenset(
+        result_digest(assistant.db.query(ex.sql, row_limit=_ALL_ROWS)) for ex in assistant.examples
+    )
+
+
 def score(
-    db: ReadOnlyDatabase, q: SqlQuestion, answer: SqlAnswer, config: SqlConfig, seconds: float
+    db: ReadOnlyDatabase,
+    q: SqlQuestion,
+    answer: SqlAnswer,
+    config: SqlConfig,
+    seconds: float,
+    shown: frozenset[str] = frozenset(),
 ) -> SqlRecord:
-    """Compare the answer and each candidate with the gold rows."""
+    """Compare the answer and each candidate with the gold rows; ``shown`` holds the digests
+    of the examples' results, so a question the prompt already answered is marked."""
     ordered = gold_orders(q.gold_sql)
     gold = db.query(q.gold_sql, row_limit=_ALL_ROWS)
     right: dict[str, bool] = {}
@@ -195,7 +210,7 @@ def score(
         config.name, config.policy, config.budget, q.id, q.db, q.difficulty, q.question,
         q.gold_sql, answer.sql, correct, answer.error, u.completion_tokens,
         round(u.max_measured_b, 4), round(u.measured_b, 4), round(seconds, 2),
-        len(answer.failed), candidates,
+        len(answer.failed), candidates, result_digest(gold) in shown,
     )  # fmt: skip
 
 
@@ -219,11 +234,12 @@ async def evaluate(
     check_inputs(questions)
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants: dict[tuple[str, bool, bool, bool, bool], SQLiteAssistant] = {}
+        assistants: dict[tuple[str, bool, bool, bool, int], SQLiteAssistant] = {}
+        shown: dict[tuple[str, bool, bool, bool, int], frozenset[str]] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
-                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases, cfg.conventions)
+                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases, cfg.examples)
                     if key not in assistants:
                         assistants[key] = SQLiteAssistant(
                             questions.db_path(q.db),
@@ -232,8 +248,9 @@ async def evaluate(
                             linking=cfg.linking,
                             bind_columns=cfg.bind_columns,
                             table_aliases=cfg.table_aliases,
-                            conventions=cfg.conventions,
+                            examples=cfg.examples,
                         )
+                        shown[key] = example_digests(assistants[key])
                     assistant = assistants[key]
                     start = time.perf_counter()
                     answer = await assistant.ask(
@@ -242,7 +259,8 @@ async def evaluate(
                         budget=cfg.budget,
                         candidates=cfg.candidates,
                     )
-                    record = score(assistant.db, q, answer, cfg, time.perf_counter() - start)
+                    seconds = time.perf_counter() - start
+                    record = score(assistant.db, q, answer, cfg, seconds, shown[key])
                     records.append(record)
                     mark = "ok " if record.correct else "BAD"
                     log(f"[{cfg.name}] {q.id}: {mark} B={record.measured_b:.3f} {answer.sql}")
@@ -323,6 +341,8 @@ def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
                 "policy": rs[0].policy,
                 "budget": rs[0].budget,
                 "overall": acc(rs),
+                "example_matches": sum(r.example_match for r in rs),
+                "outside_examples": acc([r for r in rs if not r.example_match]),
                 "by_difficulty": {d: acc(v) for d, v in sorted(groups["difficulty"].items())},
                 "by_db": {d: acc(v) for d, v in sorted(groups["db"].items())},
                 "errors": sum(r.error is not None for r in rs),
@@ -418,6 +438,11 @@ def write_results(
             f"- {s['config']}: {b['candidates_refused']} of {b['candidates_total']} candidates "
             f"refused, {b['candidates']} for a column binding; {b['answers']} chosen answers"
         )
+    lines += ["", "Questions whose gold result equals a worked example's the prompt showed:", ""]
+    for s in summaries:
+        o = s["outside_examples"]
+        rest = f"{100 * o['accuracy']:.1f} % ({o['correct']}/{o['n']})" if o["n"] else "-"
+        lines.append(f"- {s['config']}: {s['example_matches']}; accuracy on the others {rest}")
     lines += ["", "Voting among the first k candidates (accuracy %):", ""]
     for s in summaries:
         curve = ", ".join(f"k={k}: {100 * v:.1f}" for k, v in s["k_curve"].items())
@@ -513,9 +538,10 @@ def main(argv: list[str] | None = None) -> int:
         help="let queries alias tables (T1.col) as before; columns in joins stay unbound",
     )
     parser.add_argument(
-        "--no-conventions",
-        action="store_true",
-        help="the instructions without the SQLite conventions block (as before)",
+        "--examples",
+        type=int,
+        default=None,
+        help="worked examples written from each database (default: the assistant's; 0: none)",
     )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument(
@@ -534,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
     try:
-        from pask_agent.integrations.sql import DEFAULT_CANDIDATES
+        from pask_agent.integrations.sql import DEFAULT_CANDIDATES, DEFAULT_EXAMPLES
 
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         try:
@@ -544,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         k = DEFAULT_CANDIDATES if args.candidates is None else args.candidates
         if k < 1:
             raise ConfigError(f"--candidates must be >= 1, got {k}")
+        n_examples = DEFAULT_EXAMPLES if args.examples is None else args.examples
+        if n_examples < 0:
+            raise ConfigError(f"--examples must be >= 0, got {n_examples}")
         baselines = [
             load_records(Path(part.strip()))
             for part in (args.baseline or "").split(",")
@@ -570,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.no_linking,
             not args.no_binding,
             args.table_aliases,
-            not args.no_conventions,
+            n_examples,
         )
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
@@ -584,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
             "linking": not args.no_linking,
             "bind_columns": not args.no_binding,
             "table_aliases": args.table_aliases,
-            "conventions": not args.no_conventions,
+            "examples": n_examples,
             "repairs": args.repairs,
         }
         records = anyio.run(

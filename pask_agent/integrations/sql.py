@@ -7,6 +7,9 @@ policy, and the query runs on a connection that cannot change the file (``sql_db
 Each question gets several candidate queries decoded in one batch (greedy plus seeded samples);
 each runs read-only and the answer is the result set most of them return (``sql_vote.py``):
 a small model's samples agree on the right rows more often than its greedy query finds them.
+Before the question the model sees a few worked examples (question, query) that the
+assistant wrote from the database's own schema and data (``sql_examples.py``): the default
+model copies the shape of a demonstrated query far more readily than it follows a rule.
 The grammar binds columns to tables where it can: a query over one table names only that
 table's columns, and ``table.col`` only that table's. When SQLite still refuses the query (a
 column on the wrong table is the usual slip of a small model: the grammar cannot tie
@@ -40,6 +43,7 @@ from pask_agent.grammars.sql.schema import SqlSchema, quote_identifier
 from pask_agent.grammars.sql.span_labels import label_ddl_spans
 from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_examples import example_turns, write_examples
 from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
 from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
 from pask_agent.runtime.results import Usage
@@ -54,27 +58,12 @@ UNALIASED = (
     " Never alias a table: in a query over several tables, write every column as "
     "table.column, e.g. customers.first_name."
 )
-# SQLite habits the default model gets wrong on the dev split (results/sql_dev_unaliased2_full):
-# ids where names were asked for, unrounded averages, `= 'NULL'`, date differences as text
-# subtraction, percentages in integer arithmetic, a LIMIT 1 on "most frequent first".
-CONVENTIONS = (
-    "\nConventions:\n"
-    "- When the question asks which or what things, return their names or titles, not ids; "
-    "join the table that holds the name.\n"
-    "- Round only when asked: ROUND(x, 2) for cents, ROUND(x, 1) for one decimal, ROUND(x) "
-    "for whole numbers.\n"
-    "- An average is AVG(x). A percentage is 100.0 * SUM(CASE WHEN condition THEN 1 ELSE 0 "
-    "END) / COUNT(*).\n"
-    "- Days between two dates: JULIANDAY(later) - JULIANDAY(earlier).\n"
-    "- Test a missing value with IS NULL or IS NOT NULL.\n"
-    "- Use LIMIT only when the question asks for a number of rows or for the top one.\n"
-    "- Copy text values exactly as the schema shows them."
-)
 _VALUE_HINTS = 4  # distinct example values shown per text column
 MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
 # Chosen on the dev split (results/sql_dev_full_k5: voting among the first k of 5 candidates,
 # Full KV, bound grammar): k = 1..5 gave 47.7, 47.7, 44.6, 49.2, 49.2 %; the smallest best k.
 DEFAULT_CANDIDATES = 4
+DEFAULT_EXAMPLES = 5  # worked examples written from the database (sql_examples.py)
 DEFAULT_SCHEMA_TOKENS = 2048  # the sample databases fit whole; BIRD's larger ones are linked
 _CHARS_PER_TOKEN = 3.0  # schema text runs 3.3-4 characters per token with the bundled models
 
@@ -206,11 +195,9 @@ class SQLiteAssistant:
         Full-KV accuracy as with aliases (32 of 65 both), 28 candidates SQLite refused for a
         misplaced column instead of 72 of 325, and PASK at B = 0.33 one question behind Full
         KV. ``True`` allows ``FROM customers AS T1`` as earlier versions did.
-    conventions
-        State a few SQLite conventions in the instructions (``CONVENTIONS``: names rather than
-        ids, ``ROUND`` when asked, ``AVG``, percentages, ``JULIANDAY``, ``IS NULL``, when to
-        ``LIMIT``), the habits the default model got wrong on the dev split. ``False`` gives
-        the instructions of earlier versions.
+    examples
+        How many worked examples (question, query) written from the database's own schema
+        and data precede the question (``sql_examples.py``); 0 for none.
 
     Raises
     ------
@@ -238,7 +225,7 @@ class SQLiteAssistant:
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
         bind_columns: bool = True,
         table_aliases: bool = False,
-        conventions: bool = True,
+        examples: int = DEFAULT_EXAMPLES,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
@@ -246,6 +233,8 @@ class SQLiteAssistant:
             raise ConfigError(f"candidates must be >= 1, got {candidates}")
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ConfigError("need temperature > 0 and 0 < top_p <= 1 for the sampled candidates")
+        if examples < 0:
+            raise ConfigError(f"examples must be >= 0, got {examples}")
         if schema_tokens < 64:
             raise ConfigError(f"schema_tokens must be >= 64, got {schema_tokens}")
         self.path = Path(path)
@@ -255,11 +244,11 @@ class SQLiteAssistant:
             self.schema, bind_columns=bind_columns, table_aliases=table_aliases
         )
         self.table_aliases = table_aliases
-        self.conventions = conventions
         self.runtime = runtime
         self.linking = linking
         self.schema_tokens = schema_tokens
-        self._facts = read_facts(self.schema, self.db) if linking else ()
+        self._facts = read_facts(self.schema, self.db) if linking or examples else ()
+        self.examples = write_examples(self._facts, self.db, examples) if examples else ()
         # The whole schema's prompt; with linking on, a large schema's questions each get their
         # own (``system_prompt_for``).
         self.system_prompt = self.system_prompt_for("")
@@ -270,7 +259,8 @@ class SQLiteAssistant:
         self.temperature = temperature
         self.top_p = top_p
         self.seed = seed
-        digest = hashlib.sha256(f"{self.path.resolve()}\n{self.system_prompt}".encode())
+        shown = "".join(f"\n{e.question}\n{e.sql}" for e in self.examples)
+        digest = hashlib.sha256(f"{self.path.resolve()}\n{self.system_prompt}{shown}".encode())
         self._conversation_prefix = f"sql-{digest.hexdigest()[:24]}"
         self._busy: set[str] = set()
 
@@ -313,8 +303,7 @@ class SQLiteAssistant:
         schema larger than that shows only what the question links to (``sql_prompt.py``).
         """
         unaliased = "" if self.table_aliases else UNALIASED
-        conventions = CONVENTIONS if self.conventions else ""
-        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}{conventions}\n\n"
+        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}\n\n"
         if not self.linking:
             return f"{head}{self.schema.ddl()}\n{self._value_hints()}"
         budget = self.schema_tokens - self._count_tokens(head)
@@ -324,6 +313,7 @@ class SQLiteAssistant:
         """The chat messages for a question (the schema prompt first, so its KV is reused)."""
         return [
             {"role": "system", "content": self.system_prompt_for(question.strip())},
+            *example_turns(self.examples),
             {"role": "user", "content": question.strip()},
         ]
 

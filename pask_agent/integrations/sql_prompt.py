@@ -35,12 +35,12 @@ _LINK_VALUES = 400  # distinct values per column searched for in the question
 _WORD = re.compile(r"[a-z0-9]+")
 
 
-def _is_text(col: SqlColumn) -> bool:
+def is_text_column(col: SqlColumn) -> bool:
     kind = col.type.upper()
     return not kind or "CHAR" in kind or "TEXT" in kind or "CLOB" in kind
 
 
-def _stem(word: str) -> str:
+def singular(word: str) -> str:
     """Crude singular: enough to match 'customers' with 'customer' and 'categories'."""
     if len(word) > 4 and word.endswith("ies"):
         return word[:-3] + "y"
@@ -50,7 +50,7 @@ def _stem(word: str) -> str:
 
 
 def _words(text: str) -> set[str]:
-    return {_stem(w) for w in _WORD.findall(text.lower()) if len(w) > 1}
+    return {singular(w) for w in _WORD.findall(text.lower()) if len(w) > 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ def read_facts(schema: SqlSchema, db: ReadOnlyDatabase) -> tuple[TableFacts, ...
         rows = tuple(tuple(_cell(v) for v in row) for row in sample.rows)
         facts: dict[str, ColumnFacts] = {}
         for col in table.columns:
-            if not _is_text(col) or col.primary_key:
+            if not is_text_column(col) or col.primary_key:
                 continue
             c = quote_identifier(col.name)
             found = db.query(

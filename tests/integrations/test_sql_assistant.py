@@ -98,20 +98,32 @@ def test_prompt_has_labelled_ddl(shop_copy: Path) -> None:
     assistant.close()
 
 
-def test_conventions_are_instructions_and_can_be_left_out(shop_copy: Path) -> None:
-    with_conv = SQLiteAssistant(shop_copy)
-    without = SQLiteAssistant(shop_copy, conventions=False)
+def test_examples_are_written_from_the_database_and_precede_the_question(
+    shop_copy: Path,
+) -> None:
+    """Every example runs read-only on the file and returns rows; each names only the
+    schema's tables; they come as chat turns between the schema and the question, the same
+    for every question; 0 turns them off and a negative count is refused."""
+    assistant = SQLiteAssistant(shop_copy, examples=4)
+    plain = SQLiteAssistant(shop_copy, examples=0)
     try:
-        assert "JULIANDAY(later) - JULIANDAY(earlier)" in with_conv.system_prompt
-        assert "JULIANDAY" not in without.system_prompt
-        assert with_conv.system_prompt.endswith(without.system_prompt.split("\n\n", 1)[1])
-        # the conventions are instructions (protected), never labelled as schema names
-        end = with_conv.system_prompt.index("CREATE TABLE")
-        spans = with_conv.label_spans(with_conv.system_prompt)
-        assert all(label == "protected_content" for s, _, label in spans if s < end - 2)
+        assert len(assistant.examples) == 4 and plain.examples == ()
+        for ex in assistant.examples:
+            rows = assistant.run_sql(ex.sql).rows
+            assert any(v is not None for row in rows for v in row), ex.sql
+            assert ex.question.endswith("?") and ex.sql.startswith("SELECT ")
+        shapes = " ".join(ex.sql for ex in assistant.examples)
+        assert "JOIN suppliers ON products.supplier_id = suppliers.supplier_id" in shapes
+        assert "ROUND(AVG(" in shapes and "IS NULL" in shapes
+        one, two = assistant.messages("How many orders?"), assistant.messages("Which books?")
+        assert [m["role"] for m in one] == ["system", *["user", "assistant"] * 4, "user"]
+        assert one[:-1] == two[:-1] and one[-1]["content"] == "How many orders?"
+        assert [m["role"] for m in plain.messages("How many orders?")] == ["system", "user"]
     finally:
-        with_conv.close()
-        without.close()
+        assistant.close()
+        plain.close()
+    with pytest.raises(ConfigError, match="examples must be >= 0"):
+        SQLiteAssistant(shop_copy, examples=-1)
 
 
 @pytest.mark.slow
