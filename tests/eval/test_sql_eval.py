@@ -82,6 +82,17 @@ def test_revote_demotes_recorded_empty_results() -> None:
     assert not revote(old, 3).correct  # records without the flag vote as they did
 
 
+def test_questions_an_example_answered_are_counted_apart() -> None:
+    records = [
+        replace(record(0, "simple", True, 1.0, [("a", True)]), example_match=True),
+        record(1, "simple", False, 1.0, [("b", False)]),
+        record(2, "simple", True, 1.0, [("c", True)]),
+    ]
+    (s,) = summarize(records)
+    assert s["example_matches"] == 1
+    assert s["outside_examples"] == {"n": 2, "correct": 1, "accuracy": 0.5}
+
+
 def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     records = [
         record(0, "simple", True, 0.30, [("a", True)]),
