@@ -7,9 +7,9 @@ policy, and the query runs on a connection that cannot change the file (``sql_db
 Each question gets several candidate queries decoded in one batch (greedy plus seeded samples);
 each runs read-only and the answer is the result set most of them return (``sql_vote.py``):
 a small model's samples agree on the right rows more often than its greedy query finds them.
-Before the question the model sees a few worked examples (question, query) that the
-assistant wrote from the database's own schema and data (``sql_examples.py``): the default
-model copies the shape of a demonstrated query far more readily than it follows a rule.
+``examples=N`` shows the model N worked examples (question, query) that the assistant wrote
+from the database's own schema and data (``sql_examples.py``) before the question; off by
+default, since on the dev split they moved as many answers one way as the other.
 The grammar binds columns to tables where it can: a query over one table names only that
 table's columns, and ``table.col`` only that table's. When SQLite still refuses the query (a
 column on the wrong table is the usual slip of a small model: the grammar cannot tie
@@ -63,7 +63,11 @@ MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a docu
 # Chosen on the dev split (results/sql_dev_full_k5: voting among the first k of 5 candidates,
 # Full KV, bound grammar): k = 1..5 gave 47.7, 47.7, 44.6, 49.2, 49.2 %; the smallest best k.
 DEFAULT_CANDIDATES = 4
-DEFAULT_EXAMPLES = 5  # worked examples written from the database (sql_examples.py)
+# Worked examples written from the database (sql_examples.py): off by default. On the dev
+# split (results/sql_dev_examples_full, 5 examples) Full KV answered 35 of 65 against 34
+# without them, but 3 of the 35 were questions an example had already answered; on the other
+# 62 it answered 32 against 34 (5 gained, 7 lost).
+DEFAULT_EXAMPLES = 0
 DEFAULT_SCHEMA_TOKENS = 2048  # the sample databases fit whole; BIRD's larger ones are linked
 _CHARS_PER_TOKEN = 3.0  # schema text runs 3.3-4 characters per token with the bundled models
 

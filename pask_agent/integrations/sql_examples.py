@@ -12,6 +12,13 @@ words and its query, run read-only before it is shown: one that fails or returns
 dropped. The examples depend only on the schema and data, never on the question asked, so
 the prompt stays the same for every question and its KV is computed once.
 
+Measured on the dev split (``results/sql_dev_examples_full``, five examples, Full KV): the
+default model did copy the shapes. It rounded, took the days between two dates with
+``JULIANDAY`` and returned names through a join where it had not before (5 questions gained),
+but it also picked up the examples' columns where they did not belong (7 lost), so on the 62
+questions no example answered it scored 32 against 34. Three more questions were answered
+by an example outright. That is why the assistant shows none by default (``examples=0``).
+
 Questions are phrased from column and table names (``shipping_cost`` → "shipping cost"), so
 they read like a user's only as far as the names do; they teach the shape of the SQL.
 """

@@ -276,10 +276,10 @@ def test_bird_folder_runs_end_to_end_and_changes_no_database(tmp_path: Path) -> 
     assert all(len(r["candidates"]) == 2 for r in records)
     assert records[1]["question"] == "Which authors are from Japan?"
     report = json.loads((out / "sql_eval.json").read_text())
-    assert [c["config"] for c in report["configs"]] == ["full k=2 ex=5", "streaming@0.5 k=2 ex=5"]
+    assert [c["config"] for c in report["configs"]] == ["full k=2", "streaming@0.5 k=2"]
     assert report["settings"]["data"] == str(root) and report["git_commit"] != "unknown"
     assert (out / "sql_eval.png").is_file()
-    assert "| full k=2 ex=5 |" in (out / "sql_eval.md").read_text()
+    assert "| full k=2 |" in (out / "sql_eval.md").read_text()
 
 
 def test_sample_benchmark_leaves_every_database_unchanged(tmp_path: Path) -> None:
