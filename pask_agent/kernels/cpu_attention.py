@@ -60,10 +60,10 @@ def _cache_dir() -> Path:
     return Path(base) / "pask-agent"
 
 
-def _build(compiler: str) -> Path:
+def _build(compiler: str, flags: tuple[str, ...] = FLAGS) -> Path:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(
-        source + " ".join((compiler, *FLAGS, platform.machine(), platform.node())).encode()
+        source + " ".join((compiler, *flags, platform.machine(), platform.node())).encode()
     ).hexdigest()[:16]
     target = _cache_dir() / "kernels" / f"decode_attention-{key}.so"
     if target.exists():
@@ -72,13 +72,21 @@ def _build(compiler: str) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         built = Path(tmp) / target.name
         subprocess.run(
-            [compiler, *FLAGS, "-o", str(built), str(SOURCE), "-lm"],
+            [compiler, *flags, "-o", str(built), str(SOURCE), "-lm"],
             check=True,
             capture_output=True,
             timeout=120,
         )
         os.replace(built, target)  # atomic: a concurrent build never sees half a file
     return target
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    fn = lib.pask_decode_attention
+    fn.restype = ctypes.c_int
+    fn.argtypes = [_I64, *([_P] * 19), _I64, _I64, _I64, ctypes.c_float, _I64, ctypes.c_int]
+    return lib
 
 
 def native_kernel() -> ctypes.CDLL | None:
@@ -92,10 +100,7 @@ def native_kernel() -> ctypes.CDLL | None:
         status = "no C compiler on PATH (set CC)"
     else:
         try:
-            lib = ctypes.CDLL(str(_build(compiler)))
-            fn = lib.pask_decode_attention
-            fn.restype = ctypes.c_int
-            fn.argtypes = [_I64, *([_P] * 19), _I64, _I64, _I64, ctypes.c_float, _I64, ctypes.c_int]
+            lib = _load(_build(compiler))
             status = "compiled"
         except (OSError, subprocess.SubprocessError) as exc:
             detail = getattr(exc, "stderr", b"") or b""

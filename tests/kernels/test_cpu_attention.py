@@ -8,6 +8,10 @@ cut mid-sequence, masked pool keys), and without it everything falls back to the
 
 from __future__ import annotations
 
+import os
+import platform
+import shutil
+
 import pytest
 import torch
 from test_attention import CASES, Case, _rel_err, build_inputs, dense_attention
@@ -72,3 +76,23 @@ def test_a_failed_build_is_reported_not_raised(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv(cpu_attention.DISABLE_ENV, "1")
     assert cpu_attention.native_kernel() is None
     assert "disabled" in cpu_attention.native_status()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="x86 build flags")
+@pytest.mark.parametrize(
+    "extra",
+    [("-mno-avx512f",), ("-mno-avx512f", "-mno-avx2")],
+    ids=["avx2_widening", "portable_widening"],
+)
+def test_builds_without_avx512_agree_with_the_dense_softmax(monkeypatch, tmp_path, extra) -> None:
+    """The kernel widens rows through AVX-512 or AVX2 instructions where the build has them,
+    else through GCC's generic conversions; CI runs on an AVX-512 machine, so the other two
+    branches are built here on purpose and run on the server's shape."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    assert compiler is not None  # the CI image has one (test_the_kernel_builds_here)
+    monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path))
+    lib = cpu_attention._load(cpu_attention._build(compiler, (*cpu_attention.FLAGS, *extra)))
+    monkeypatch.setattr(cpu_attention, "_state", {"lib": lib, "status": "compiled"})
+    inputs = build_inputs(SERVER_SHAPE, seed=15)
+    want, _ = dense_attention(inputs, 0.125)
+    assert _rel_err(mixed_attention_cpu(**inputs, scale=0.125), want) <= 1e-5
