@@ -3,7 +3,8 @@
 1. **Linear layers**: ``nn.Linear`` (MKL sgemm) against ``runtime/cpu_linear.OneDNNLinear``
    on the model's own layer shapes (read from its config; random weights), at 1 and 8 rows.
 2. **Decode attention**: the per-sequence loop of ``kernels/attention.py`` against the padded
-   batch of ``kernels/decode_attention.py``, on random pools shaped like the bench's decode
+   batch of ``kernels/decode_attention.py`` and the compiled C kernel (``kernels/
+   cpu_attention.py``, what a CPU server runs), on random pools shaped like the bench's decode
    steps (one query per sequence; BF16 and INT4 rows as Full KV and PASK hold them).
 3. **Step scratch**: splitting INT4 rows into fp32 nibbles, as a decode layer does, in a fresh
    interpreter with and without ``runtime/host_memory.retain_freed_host_memory`` (the glibc
@@ -30,8 +31,8 @@ import torch
 from torch import nn
 
 from pask_agent.eval.provenance import provenance
-from pask_agent.kernels import decode_attention
-from pask_agent.kernels.attention import PoolView, mixed_attention_ref
+from pask_agent.kernels import cpu_attention, decode_attention
+from pask_agent.kernels.attention import PoolView, mixed_attention_cpu, mixed_attention_ref
 from pask_agent.kernels.int4 import quantize_int4_ref
 from pask_agent.runtime.cpu_linear import OneDNNLinear
 from pask_agent.runtime.host_memory import retain_freed_host_memory
@@ -143,9 +144,14 @@ def time_attention(config: Any, repeats: int) -> list[dict[str, Any]]:
             looped = _median_ms(run, repeats)
             decode_attention.SMALL_QUERIES = small
             batched = _median_ms(run, repeats)
+            native = None
+            if cpu_attention.native_kernel() is not None:
+                compiled = lambda inputs=inputs: mixed_attention_cpu(**inputs, scale=dim**-0.5)  # noqa: E731
+                native = _median_ms(compiled, repeats)
             rows.append({"case": name, "sequences": seqs, "bf16_rows": high, "int4_rows": low,
                          "loop_ms_per_layer": looped, "batched_ms_per_layer": batched,
-                         "speedup": round(looped / batched, 2)})  # fmt: skip
+                         "speedup": round(looped / batched, 2),
+                         "native_ms_per_layer": native})  # fmt: skip
     finally:
         decode_attention.SMALL_QUERIES = small
     return rows
@@ -187,14 +193,18 @@ def write(report: dict[str, Any], out: Path) -> None:
     ]
     lines += [
         "",
-        "## Decode attention, one layer: per-sequence loop against one padded batch",
+        "## Decode attention, one layer: per-sequence loop, one padded batch, the C kernel",
         "",
-        "| case | sequences | BF16 rows each | INT4 rows each | loop ms | batched ms | speedup |",
-        "|---|---|---|---|---|---|---|",
+        f"C kernel: {report['meta']['native_kernel']}.",
+        "",
+        "| case | sequences | BF16 rows each | INT4 rows each | loop ms | batched ms | speedup "
+        "| C kernel ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['case']} | {r['sequences']} | {r['bf16_rows']} | {r['int4_rows']} | "
-        f"{r['loop_ms_per_layer']} | {r['batched_ms_per_layer']} | {r['speedup']}x |"
+        f"{r['loop_ms_per_layer']} | {r['batched_ms_per_layer']} | {r['speedup']}x | "
+        f"{'-' if r.get('native_ms_per_layer') is None else r['native_ms_per_layer']} |"
         for r in report["attention"]
     ]
     s = report["scratch"]
@@ -227,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
             "threads": torch.get_num_threads(),
             "repeats": args.repeats,
             "model": args.model,
+            "native_kernel": cpu_attention.native_status(),
         },  # fmt: skip
         "linears": time_linears(config, args.repeats),
         "attention": time_attention(config, args.repeats),

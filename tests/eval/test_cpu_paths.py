@@ -10,7 +10,7 @@ from pask_agent.eval import cpu_paths
 from pask_agent.eval.provenance import provenance
 
 TINY = SimpleNamespace(
-    hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+    hidden_size=256, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
     vocab_size=512,
 )  # fmt: skip
 
@@ -22,10 +22,17 @@ def test_report_compares_each_path(tmp_path: Path, monkeypatch) -> None:
     assert all(r["nn_linear_ms"] > 0 and r["onednn_ms"] > 0 for r in linears)
     (attention,) = cpu_paths.time_attention(TINY, repeats=2)
     assert attention["loop_ms_per_layer"] > 0 and attention["batched_ms_per_layer"] > 0
+    assert attention["native_ms_per_layer"] > 0  # head dim 64: the C kernel's own shape
     scratch = cpu_paths.time_scratch(repeats=3)
     assert scratch["plain_ms"] > 0 and scratch["retain_ms"] > 0
     report = {
-        "meta": {**provenance(["cpu_paths"]), "threads": 1, "repeats": 2, "model": "tiny"},
+        "meta": {
+            **provenance(["cpu_paths"]),
+            "threads": 1,
+            "repeats": 2,
+            "model": "tiny",
+            "native_kernel": "compiled",
+        },
         "linears": linears,
         "attention": [attention],
         "scratch": scratch,
@@ -33,4 +40,5 @@ def test_report_compares_each_path(tmp_path: Path, monkeypatch) -> None:
     cpu_paths.write(report, tmp_path / "cpu")
     text = (tmp_path / "cpu.md").read_text()
     assert "Commit: `" in text and "| pask, small | 3 | 5 | 40 |" in text
+    assert "C kernel: compiled." in text
     assert (tmp_path / "cpu.json").exists()
