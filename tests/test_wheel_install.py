@@ -89,6 +89,7 @@ def test_built_wheel_runs_outside_the_checkout(tmp_path: Path) -> None:
     for sample in ("shop.sqlite", "school.sqlite", "questions.jsonl"):
         assert f"pask_agent/sample_data/{sample}" in names
     assert "pask_agent/kernels/_decode_attention.c" in names  # built on first use
+    assert "pask_agent/kernels/_vector_ops.h" in names  # which it includes
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path, env)

@@ -34,6 +34,7 @@ from pask_agent.kernels.attention_inputs import PoolView
 __all__ = ["attend_small_queries_native", "native_kernel", "native_status"]
 
 SOURCE = Path(__file__).with_name("_decode_attention.c")
+HEADERS = (Path(__file__).with_name("_vector_ops.h"),)  # part of the build key
 FLAGS = (
     "-O3",
     "-march=native",
@@ -61,7 +62,7 @@ def _cache_dir() -> Path:
 
 
 def _build(compiler: str, flags: tuple[str, ...] = FLAGS) -> Path:
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in (SOURCE, *HEADERS))
     key = hashlib.sha256(
         source + " ".join((compiler, *flags, platform.machine(), platform.node())).encode()
     ).hexdigest()[:16]

@@ -1,0 +1,149 @@
+/* Sixteen-lane fp32 building blocks for the CPU decode kernel (``_decode_attention.c``).
+ *
+ * GCC vector extensions, so the same source builds for AVX-512, AVX2 or anything else; where a
+ * generic conversion compiles badly (GCC scalarizes widening int8/uint16 vectors), the
+ * instruction meant is named under the ISA that has it. Nothing here knows about attention:
+ * loads and widening of BF16 halves and packed INT4 nibbles, sixteen dot products summed at
+ * once, and e^x for x <= 0.
+ */
+#ifndef PASK_VECTOR_OPS_H
+#define PASK_VECTOR_OPS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float vf __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+typedef int8_t vb __attribute__((vector_size(16), aligned(1)));
+typedef uint16_t vh __attribute__((vector_size(32), aligned(2)));
+
+#if defined(__F16C__) || defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#if defined(__F16C__) /* every x86 CPU with AVX2: one instruction */
+INLINE float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+#else
+INLINE float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    union { uint32_t u; float f; } v;
+    if (exp == 0) {
+        float f = (float)man * 5.9604644775390625e-08f; /* zero or subnormal: man * 2^-24 */
+        return sign ? -f : f;
+    }
+    v.u = sign | (exp == 31 ? 0x7f800000u | (man << 13) : ((exp + 112) << 23) | (man << 13));
+    return v.f;
+}
+
+#endif
+
+INLINE vf load_vf(const float *p) { return *(const vf *)p; }
+INLINE void store_vf(float *p, vf x) { *(vf *)p = x; }
+
+/* Sixteen int8 / uint16 values widened to int32 lanes. GCC turns ``__builtin_convertvector``
+ * of these into sixteen scalar loads and inserts (measured: that alone was most of the time
+ * spent unpacking INT4 rows), so AVX-512 builds say the one instruction they mean. */
+#if defined(__AVX512F__)
+INLINE vi widen_i8(const uint8_t *p) {
+    return (vi)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+INLINE vi widen_u16(const uint16_t *p) {
+    return (vi)_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+}
+#elif defined(__AVX2__)
+INLINE vi join_halves(__m256i lo, __m256i hi) {
+    vi out;
+    memcpy(&out, &lo, sizeof lo);
+    memcpy((char *)&out + sizeof lo, &hi, sizeof hi);
+    return out;
+}
+INLINE vi widen_i8(const uint8_t *p) {
+    __m128i x = _mm_loadu_si128((const __m128i *)p);
+    return join_halves(_mm256_cvtepi8_epi32(x), _mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)));
+}
+INLINE vi widen_u16(const uint16_t *p) {
+    return join_halves(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)),
+                       _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 8))));
+}
+#else
+INLINE vi widen_i8(const uint8_t *p) { return __builtin_convertvector(*(const vb *)p, vi); }
+INLINE vi widen_u16(const uint16_t *p) { return __builtin_convertvector(*(const vh *)p, vi); }
+#endif
+
+INLINE vf bf16_vf(const uint16_t *p) { return (vf)(widen_u16(p) << 16); }
+
+/* 16 packed bytes -> their low nibbles (16 even dims) and high nibbles (16 odd dims), widened
+ * to int32 first: x86 has no 8-bit vector shifts. */
+INLINE void nibbles_vf(const uint8_t *p, float scale, vf *even, vf *odd) {
+    vi x = widen_i8(p);
+    *even = __builtin_convertvector((x << 28) >> 28, vf) * scale;
+    *odd = __builtin_convertvector(x >> 4, vf) * scale;
+}
+
+/* Sixteen dot products at once: t[j] holds key j's 16 partial sums; lane j of the result is
+ * their total. Summing one vector's lanes in C order is a chain of 16 dependent scalar adds
+ * (the compiler may not reassociate them), which cost more than the products themselves; this
+ * tree halves the lanes of two vectors per step (15 steps of two shuffles and an add). */
+#define LO8 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define HI8 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define LO4 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27
+#define HI4 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31
+#define LO2 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29
+#define HI2 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31
+#define LO1 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30
+#define HI1 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31
+#define HALVE(a, b, LO, HI) (__builtin_shuffle(a, b, (vi){LO}) + __builtin_shuffle(a, b, (vi){HI}))
+
+INLINE vf sum16(const vf *t) {
+    vf u[8], v[4], w[2];
+    for (int i = 0; i < 8; ++i) u[i] = HALVE(t[2 * i], t[2 * i + 1], LO8, HI8);
+    for (int i = 0; i < 4; ++i) v[i] = HALVE(u[2 * i], u[2 * i + 1], LO4, HI4);
+    for (int i = 0; i < 2; ++i) w[i] = HALVE(v[2 * i], v[2 * i + 1], LO2, HI2);
+    return HALVE(w[0], w[1], LO1, HI1);
+}
+
+/* e^x for x <= 0 (Cephes' polynomial after x = n ln 2 + r), for the one rescale per row.
+ * -inf gives 0 exactly (masked keys); relative error about 2e-7. */
+INLINE float exp_nonpositive(float x) {
+    float clamped = x < -87.0f ? -87.0f : x;
+    float n = floorf(clamped * 1.44269504088896341f + 0.5f);
+    float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } two_n;
+    two_n.i = ((int32_t)n + 127) << 23;
+    return x == -INFINITY ? 0.0f : p * two_n.f;
+}
+
+/* The same polynomial on sixteen lanes at once. A loop over the scalar version under
+ * ``omp simd`` was left scalar in some inlined copies (one call per key and row: the largest
+ * cost in a profile of PASK's decode step), so the block's weights are computed on vectors. */
+INLINE vf exp_nonpositive_vf(vf x) {
+    const vf lo = (vf){0} - 87.0f;
+    vi below = x < lo;
+    vf clamped = (vf)((below & (vi)lo) | (~below & (vi)x));
+    vf y = clamped * 1.44269504088896341f + 0.5f;
+    vf n = __builtin_convertvector(__builtin_convertvector(y, vi), vf); /* truncates */
+    n -= (vf)((vi)(n > y) & (vi)((vf){0} + 1.0f)); /* floor */
+    vf r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
+    vf p = (vf){0} + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    vf two_n = (vf)((__builtin_convertvector(n, vi) + 127) << 23);
+    vi dead = x == -INFINITY;
+    return (vf)(~dead & (vi)(p * two_n));
+}
+
+#endif /* PASK_VECTOR_OPS_H */
