@@ -105,7 +105,8 @@ INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
         float m_new = w->m[r] > mx ? w->m[r] : mx;
         vf *acc_n = w->acc_nat + r * NV, *acc_s = w->acc_split + r * NV;
         if (w->m[r] != m_new) {
-            float alpha = w->m[r] == -INFINITY ? 0.0f : exp_nonpositive(w->m[r] - m_new);
+            const vf shift = (vf){0} + (w->m[r] - m_new); /* one lane used: the rescale */
+            float alpha = w->m[r] == -INFINITY ? 0.0f : exp_nonpositive_vf(shift)[0];
             w->l[r] *= alpha;
             for (int c = 0; c < NV; ++c) {
                 acc_n[c] *= alpha;

@@ -105,27 +105,10 @@ INLINE vf sum16(const vf *t) {
     return HALVE(w[0], w[1], LO1, HI1);
 }
 
-/* e^x for x <= 0 (Cephes' polynomial after x = n ln 2 + r), for the one rescale per row.
- * -inf gives 0 exactly (masked keys); relative error about 2e-7. */
-INLINE float exp_nonpositive(float x) {
-    float clamped = x < -87.0f ? -87.0f : x;
-    float n = floorf(clamped * 1.44269504088896341f + 0.5f);
-    float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } two_n;
-    two_n.i = ((int32_t)n + 127) << 23;
-    return x == -INFINITY ? 0.0f : p * two_n.f;
-}
-
-/* The same polynomial on sixteen lanes at once. A loop over the scalar version under
- * ``omp simd`` was left scalar in some inlined copies (one call per key and row: the largest
- * cost in a profile of PASK's decode step), so the block's weights are computed on vectors. */
+/* e^x for x <= 0 on sixteen lanes (Cephes' polynomial after x = n ln 2 + r); -inf gives 0
+ * exactly (masked keys); relative error about 2e-7. Written on vectors because a loop over a
+ * scalar version under ``omp simd`` was left scalar in some inlined copies (one call per key
+ * and query head: the largest cost in a profile of PASK's decode step). */
 INLINE vf exp_nonpositive_vf(vf x) {
     const vf lo = (vf){0} - 87.0f;
     vi below = x < lo;
