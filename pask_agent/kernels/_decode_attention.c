@@ -7,12 +7,12 @@
  * bytes once.
  *
  * One task per (sequence, KV head). Keys come in blocks of BLOCK from three sources (the
- * current chunk, the high pool, the low pool), are scored sixteen at a time (``sum16``) and
+ * current chunk, the high pool, the low pool), are scored LANES at a time (``sum_lanes``) and
  * folded into an online softmax, as the Triton kernel does on a GPU. Query row
  * r = t * group + g is token t0 + t, query head h * group + g, so a token's rows are
  * contiguous in q and out.
  *
- * Head dims 64 and 128 only (NV = D / 16 vectors of 16 floats; GCC vector extensions, so the
+ * Head dims 64 and 128 only (NV = D / LANES vectors of LANES floats; GCC vector extensions, so the
  * same source builds for AVX-512, AVX2 or anything else). Packed INT4 rows hold the even dims
  * in low nibbles and the odd dims in high nibbles; they are widened in that split order
  * (evens, then odds) and met by queries and accumulators kept in the same order, so no
@@ -28,10 +28,12 @@
 #include <string.h>
 
 #define BLOCK 64
-#define MAX_NV 8 /* D = 128 */
+#define MAX_NV (128 / LANES) /* D = 128 */
+/* query heads whose accumulators one tile keeps in registers (AVX-512 has 32, AVX2 16) */
+#define TILE_ROWS (LANES == 16 ? 4 : 1)
 #define AHEAD 8 /* keys ahead whose rows are prefetched */
 
-#include "_vector_ops.h" /* vf, vi, INLINE, widening, sum16, exp */
+#include "_vector_ops.h" /* LANES, vf, vi, INLINE, widening, sum_lanes, exp */
 
 typedef struct {
     const int64_t *q_off, *h_off, *l_off;
@@ -88,16 +90,16 @@ INLINE void accumulate_tile(Work *w, int64_t r0, int n, const int NV, const int 
 INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
     for (int64_t r = 0; r < rows; ++r) {
         float *s = w->s + r * BLOCK;
-        const int padded = (n + 15) & ~15;
+        const int padded = (n + LANES - 1) & ~(LANES - 1);
         for (int j = n; j < padded; ++j) s[j] = -INFINITY; /* lanes past the block: weight 0 */
         vf top = load_vf(s);
-        for (int j = 16; j < padded; j += 16) {
+        for (int j = LANES; j < padded; j += LANES) {
             vf x = load_vf(s + j);
             vi more = x > top;
             top = (vf)((more & (vi)x) | (~more & (vi)top));
         }
         float mx = top[0];
-        for (int i = 1; i < 16; ++i) mx = top[i] > mx ? top[i] : mx;
+        for (int i = 1; i < LANES; ++i) mx = top[i] > mx ? top[i] : mx;
         if (mx == -INFINITY) { /* nothing visible: weights 0 for the tile pass */
             for (int j = 0; j < padded; ++j) s[j] = 0.0f;
             continue;
@@ -115,17 +117,17 @@ INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
             w->m[r] = m_new;
         }
         vf total = {0};
-        for (int j = 0; j < padded; j += 16) {
+        for (int j = 0; j < padded; j += LANES) {
             vf e = exp_nonpositive_vf(load_vf(s + j) - m_new);
             store_vf(s + j, e);
             total += e;
         }
         float sum = 0.0f;
-        for (int i = 0; i < 16; ++i) sum += total[i];
+        for (int i = 0; i < LANES; ++i) sum += total[i];
         w->l[r] += sum;
     }
     int64_t r0 = 0;
-    for (; r0 + 4 <= rows; r0 += 4) accumulate_tile(w, r0, n, NV, 4, split);
+    for (; r0 + TILE_ROWS <= rows; r0 += TILE_ROWS) accumulate_tile(w, r0, n, NV, TILE_ROWS, split);
     switch (rows - r0) {
         case 3: accumulate_tile(w, r0, n, NV, 3, split); break;
         case 2: accumulate_tile(w, r0, n, NV, 2, split); break;
@@ -139,20 +141,20 @@ INLINE void fold_block(Work *w, int64_t rows, int n, const int NV, int split) {
 INLINE void score_block(Work *w, const vf *qs, int64_t rows, int n, const int NV) {
     int64_t newest = w->kpos[0];
     for (int j = 1; j < n; ++j) newest = w->kpos[j] > newest ? w->kpos[j] : newest;
-    for (int j = n; j % 16; ++j) /* the last group's missing keys score zero, and are unused */
+    for (int j = n; j % LANES; ++j) /* the last group's missing keys score zero, and are unused */
         for (int c = 0; c < NV; ++c) w->kblk[j * NV + c] = (vf){0};
     for (int64_t r = 0; r < rows; ++r) {
-        vf q[MAX_NV], t[16];
+        vf q[MAX_NV], t[LANES];
         for (int c = 0; c < NV; ++c) q[c] = qs[r * NV + c];
         float *s = w->s + r * BLOCK;
-        for (int j0 = 0; j0 < n; j0 += 16) {
-            for (int j = 0; j < 16; ++j) {
+        for (int j0 = 0; j0 < n; j0 += LANES) {
+            for (int j = 0; j < LANES; ++j) {
                 const vf *k = w->kblk + (j0 + j) * NV;
                 vf x = q[0] * k[0];
                 for (int c = 1; c < NV; ++c) x += q[c] * k[c];
                 t[j] = x;
             }
-            store_vf(s + j0, sum16(t) * load_vf(w->kscale + j0));
+            store_vf(s + j0, sum_lanes(t) * load_vf(w->kscale + j0));
         }
         if (newest > w->row_pos[r])
             for (int j = 0; j < n; ++j)
@@ -161,7 +163,7 @@ INLINE void score_block(Work *w, const vf *qs, int64_t rows, int n, const int NV
 }
 
 INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int NV) {
-    const int64_t dim = NV * 16, half = dim / 2, group = a->n_qh / a->n_kvh;
+    const int64_t dim = NV * LANES, half = dim / 2, group = a->n_qh / a->n_kvh;
     const int64_t t0 = a->q_off[b], n_t = a->q_off[b + 1] - t0, rows = n_t * group;
     for (int64_t t = 0; t < n_t; ++t) {
         for (int64_t g = 0; g < group; ++g) {
@@ -184,8 +186,8 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
         for (int j = 0; j < n; ++j) {
             const int64_t row = ((t0 + k0 + j) * a->n_kvh + h) * dim;
             for (int c = 0; c < NV; ++c) {
-                w->kblk[j * NV + c] = load_vf(a->cur_k + row + 16 * c);
-                w->vblk[j * NV + c] = load_vf(a->cur_v + row + 16 * c);
+                w->kblk[j * NV + c] = load_vf(a->cur_k + row + LANES * c);
+                w->vblk[j * NV + c] = load_vf(a->cur_v + row + LANES * c);
             }
             w->kscale[j] = 1.0f;
             w->kpos[j] = a->q_pos[t0 + k0 + j];
@@ -207,8 +209,8 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
             }
             const int64_t row = (a->h_slots[h0 + k0 + j] * a->n_kvh + h) * dim;
             for (int c = 0; c < NV; ++c) {
-                w->kblk[j * NV + c] = bf16_vf(a->high_k + row + 16 * c);
-                w->vblk[j * NV + c] = bf16_vf(a->high_v + row + 16 * c);
+                w->kblk[j * NV + c] = bf16_vf(a->high_k + row + LANES * c);
+                w->vblk[j * NV + c] = bf16_vf(a->high_v + row + LANES * c);
             }
             w->kscale[j] = 1.0f;
             w->kpos[j] = a->h_pos[h0 + k0 + j];
@@ -235,8 +237,8 @@ INLINE void attend_one(const Args *a, Work *w, int64_t b, int64_t h, const int N
             const float vscale = half_to_float(a->low_vs[slot]);
             vf *k = w->kblk + j * NV, *v = w->vblk + j * NV;
             for (int c = 0; c < NV / 2; ++c) {
-                nibbles_vf(kc + 16 * c, 1.0f, &k[c], &k[NV / 2 + c]);
-                nibbles_vf(vc + 16 * c, vscale, &v[c], &v[NV / 2 + c]);
+                nibbles_vf(kc + LANES * c, 1.0f, &k[c], &k[NV / 2 + c]);
+                nibbles_vf(vc + LANES * c, vscale, &v[c], &v[NV / 2 + c]);
             }
             w->kscale[j] = half_to_float(a->low_ks[slot]);
             w->kpos[j] = a->l_pos[l0 + k0 + j];
@@ -273,7 +275,7 @@ int pask_decode_attention(
     Args a = {q_off, h_off, l_off, q, q_pos, cur_k, cur_v, high_k, high_v, h_slots, h_pos,
               low_k, low_v, low_ks, low_vs, l_slots, l_pos, out, n_qh, n_kvh, scale};
     if (dim != 64 && dim != 128) return -2;
-    const int NV = (int)(dim / 16);
+    const int NV = (int)(dim / LANES);
     int failed = 0;
     const int64_t tasks = n_seqs * n_kvh;
 #pragma omp parallel num_threads(n_threads) reduction(| : failed)
@@ -297,10 +299,10 @@ int pask_decode_attention(
         for (int64_t task = 0; task < tasks; ++task) {
             if (!ok) continue;
             /* one copy per head size, with the loops over vectors unrolled */
-            if (NV == 4)
-                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 4);
+            if (NV == 64 / LANES)
+                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 64 / LANES);
             else
-                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 8);
+                attend_one(&a, &w, seqs[task / n_kvh], task % n_kvh, 128 / LANES);
         }
         free(w.q_nat);
         free(w.q_split);

@@ -85,9 +85,9 @@ def test_a_failed_build_is_reported_not_raised(monkeypatch, tmp_path) -> None:
     ids=["avx2_widening", "portable_widening"],
 )
 def test_builds_without_avx512_agree_with_the_dense_softmax(monkeypatch, tmp_path, extra) -> None:
-    """The kernel widens rows through AVX-512 or AVX2 instructions where the build has them,
-    else through GCC's generic conversions; CI runs on an AVX-512 machine, so the other two
-    branches are built here on purpose and run on the server's shape."""
+    """AVX2 builds use eight-lane vectors and their own widening instructions; portable builds
+    use sixteen lanes and GCC's generic conversions. CI runs on an AVX-512 machine, so both
+    other branches are built here on purpose and run on the server's shape."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     assert compiler is not None  # the CI image has one (test_the_kernel_builds_here)
     monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path))
