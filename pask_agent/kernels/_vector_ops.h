@@ -12,7 +12,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #define INLINE static inline __attribute__((always_inline))
 
