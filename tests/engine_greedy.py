@@ -60,6 +60,7 @@ def engine_for(
     window: int = 16,
     prefill_chunk_tokens: int = 256,
     attention_backend: str = "auto",
+    center_keys: bool = True,
 ) -> Engine:
     return Engine(
         loaded,
@@ -68,5 +69,6 @@ def engine_for(
             window=window,
             prefill_chunk_tokens=prefill_chunk_tokens,
             attention_backend=attention_backend,
+            center_keys=center_keys,
         ),
     )

@@ -130,6 +130,9 @@ class Policy:
     needs_scores: ClassVar[bool] = False  # wants attention mass per key (computed in attention)
     revises: ClassVar[bool] = False  # its session has revise(view) -> Sequence[Demotion]
     observation_tokens: ClassVar[int] = 0  # last prompt tokens run as their own chunk (SnapKV)
+    # May store a token INT4 (``L``): the store then keeps this policy's keys centered
+    # (``runtime/key_offsets.py``) so INT4 rows are not scaled by a shared channel offset.
+    stores_int4: ClassVar[bool] = False
 
     def start(self, env: PolicyEnv) -> PolicySession:
         raise NotImplementedError

@@ -42,6 +42,7 @@ class MiKVPolicy(Policy):
     name = "mikv"
     needs_scores = True
     revises = True
+    stores_int4 = True
 
     def __post_init__(self) -> None:
         check_budget(self.budget)

@@ -167,6 +167,7 @@ class PaskPolicy(Policy):
     name = "pask"
     needs_tags = True
     needs_labels = True
+    stores_int4 = True
     default_table_path: ClassVar[Path] = DEFAULT_TABLE_PATH
 
     def resolved_table(self, env: PolicyEnv | None = None) -> PolicyTable:

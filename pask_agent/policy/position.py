@@ -87,6 +87,7 @@ class PositionPolicy(Policy):
     _cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     name = "position"
     needs_labels = True
+    stores_int4 = True
 
     def __post_init__(self) -> None:
         if self.bins < 1 or self.expected_tokens < 1:

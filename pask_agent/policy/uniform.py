@@ -21,5 +21,9 @@ class UniformPolicy(Policy):
     action: Action = Action.H
     name = "uniform"
 
+    @property
+    def stores_int4(self) -> bool:  # type: ignore[override]
+        return self.action == Action.L
+
     def start(self, env: PolicyEnv | None = None) -> UniformSession:
         return UniformSession((self.action,) * 3)

@@ -92,7 +92,10 @@ class Engine:
             self.costs, cfg.max_batch, self.context_tokens
         )
         store_config = StoreConfig(cfg.sinks, cfg.window, attention_backend=cfg.attention_backend)
-        self.store = KVStore(lay, store_config, capacity_bytes=self.capacity_bytes)
+        offsets = loaded.key_offsets if cfg.center_keys else None
+        self.store = KVStore(
+            lay, store_config, capacity_bytes=self.capacity_bytes, key_offsets=offsets
+        )
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
         self.vocab_size = int(self.model.config.vocab_size)
@@ -224,7 +227,8 @@ class Engine:
         st = r.state
         keep = self._reuse(r)
         if not self.store.has_sequence(st.seq_id):
-            self.store.add_sequence(st.seq_id)
+            centered = self.config.center_keys and r.policy.stores_int4
+            self.store.add_sequence(st.seq_id, centered=centered)
             st.ids_in_store = []
         self.store.truncate(st.seq_id, keep)
         st.ids_in_store = st.ids_in_store[:keep]

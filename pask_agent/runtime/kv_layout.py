@@ -94,6 +94,9 @@ class StepBatch:
     high: tuple[PoolView, ...]  # per group
     low: tuple[PoolView, ...]  # per group
     want_scores: bool = False
+    # [T, 1, 1] 1.0 on the rows of sequences whose keys are stored centered, else 0.0; None
+    # when the step has none (``KVStore.centered_keys``)
+    centered_rows: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:

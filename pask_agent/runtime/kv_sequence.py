@@ -21,6 +21,7 @@ class StoredSequence:
     low: list[SlotMap] = field(default_factory=lambda: [SlotMap() for _ in range(3)])
     pending: ActionSchedule = field(default_factory=ActionSchedule)
     peak_bytes: int = 0
+    centered: bool = False  # keys stored minus the store's key offsets (key_offsets.py)
 
     def held_rows(self) -> np.ndarray:
         """``[2, 3]`` rows held: high pools, then low pools, per layer group."""

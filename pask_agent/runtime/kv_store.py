@@ -60,6 +60,9 @@ class KVStore:
     capacity_bytes:
         Bytes preallocated once for every pool (``kv_pools.py``), split evenly until the
         engine re-splits an empty store; None: ``config.rows_per_pool`` rows in each pool.
+    key_offsets:
+        ``[layers, kv_heads, head_dim]``: what the keys of a sequence added with
+        ``centered=True`` are stored relative to (``key_offsets.py``); None: no centering.
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class KVStore:
         config: StoreConfig | None = None,
         device: torch.device | str = "cpu",
         capacity_bytes: int | None = None,
+        key_offsets: torch.Tensor | None = None,
     ) -> None:
         self.layout = layout
         self.config = config or StoreConfig()
@@ -85,11 +89,28 @@ class KVStore:
         self._seqs: dict[str, StoredSequence] = {}
         self.key_scores = KeyScoreBook()
         self.peak_bytes = 0
+        shape = (layout.num_layers, layout.num_kv_heads, layout.head_dim)
+        if key_offsets is not None and tuple(key_offsets.shape) != shape:
+            got = tuple(key_offsets.shape)
+            raise KVStoreError(f"key_offsets must have shape {shape}, got {got}")
+        self.key_offsets = None if key_offsets is None else key_offsets.to(self.device)
 
-    def add_sequence(self, seq_id: str) -> None:
+    def add_sequence(self, seq_id: str, *, centered: bool = False) -> None:
+        """A new, empty sequence. ``centered``: store its keys minus ``key_offsets`` (for
+        policies that may quantize them; attention is unchanged, ``key_offsets.py``)."""
         if seq_id in self._seqs:
             raise KVStoreError(f"sequence {seq_id!r} already exists in the store")
-        self._seqs[seq_id] = StoredSequence()
+        if centered and self.key_offsets is None:
+            raise KVStoreError("centered=True needs a store built with key_offsets")
+        self._seqs[seq_id] = StoredSequence(centered=centered)
+
+    def centered_keys(self, layer: int, step: StepBatch, k: torch.Tensor) -> torch.Tensor:
+        """This step's keys ``[T, Hkv, D]`` as the store holds them: minus the layer's offset
+        on the rows of centered sequences. Every key a query of such a sequence reads, stored
+        or current, is shifted alike, so its softmax is unchanged."""
+        if step.centered_rows is None or self.key_offsets is None:
+            return k
+        return k - step.centered_rows * self.key_offsets[layer].to(k.dtype)
 
     def remove_sequence(self, seq_id: str) -> None:
         """Free every slot of a sequence at once (finished or cancelled requests)."""
@@ -188,6 +209,12 @@ class KVStore:
         for seq, (_, n) in zip(seqs, chunks, strict=True):
             seq.length += n
         self._note_peak(seqs)
+        centered_rows = None
+        if any(seq.centered for seq in seqs):
+            per_seq = torch.tensor([float(seq.centered) for seq in seqs])
+            counts = torch.tensor([n for _, n in chunks])
+            rows = torch.repeat_interleave(per_seq, counts).view(-1, 1, 1)
+            centered_rows = rows.to(self.device)
         batch = StepBatch(
             seq_ids=tuple(s for s, _ in chunks),
             q_offsets=torch.tensor(offsets, dtype=torch.int64),
@@ -196,6 +223,7 @@ class KVStore:
             high=highs,
             low=lows,
             want_scores=want_scores,
+            centered_rows=centered_rows,
         )
         if want_scores:
             self.key_scores.begin_step({s: self._seqs[s].length for s in batch.seq_ids})

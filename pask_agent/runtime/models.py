@@ -30,12 +30,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
+from pask_agent.runtime.key_offsets import measure_key_offsets
 from pask_agent.runtime.tokenizer_loading import open_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -93,6 +95,11 @@ class LoadedModel:
     path: Path
     model: Any
     tokenizer: Any
+
+    @cached_property
+    def key_offsets(self) -> torch.Tensor:
+        """The model's per-channel key offsets (``key_offsets.py``), measured on first use."""
+        return measure_key_offsets(self.model, self.tokenizer)
 
 
 def cache_root() -> Path:

@@ -73,6 +73,10 @@ class RuntimeConfig:
     # between one request's tokens (with 4,096-token prompts on this CPU, the first requests
     # of a burst otherwise finish before the last ones are prefilled: results/bench.md).
     schedule: str = "interleave"
+    # Store the keys of requests whose policy may quantize them relative to the model's mean
+    # key (runtime/key_offsets.py): attention is unchanged, INT4 rows lose a shared channel
+    # offset that otherwise sets their scale. Full KV and release-only policies never are.
+    center_keys: bool = True
 
     def __post_init__(self) -> None:
         capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes

@@ -117,8 +117,8 @@ class PaskCache(Cache):
     ) -> tuple[Any, Any]:
         if self.step is None:
             raise KVStoreError("PaskCache used without bind(step): call KVStore.begin_step first")
-        k = key_states[0].transpose(0, 1)  # [T, Hkv, D]
-        v = value_states[0].transpose(0, 1)
+        k = self.store.centered_keys(layer_idx, self.step, key_states[0].transpose(0, 1))
+        v = value_states[0].transpose(0, 1)  # [T, Hkv, D]
         self.store.write(layer_idx, self.step, k, v)
         call = AttentionCall(self.store, self.step, layer_idx, k, v)
         return call, call

@@ -1,0 +1,98 @@
+"""Per-channel key offsets: what a sequence's keys are stored relative to before INT4.
+
+Keys of these models carry a few channels with a large offset shared by every token (Qwen2's
+``k_proj`` has a bias; RoPE turns a slowly rotating channel pair into a nearly constant one).
+The INT4 format (App. B.5) scales each row by its largest magnitude, so one such channel sets
+the scale and the small channels that tell tokens apart round to zero. Subtracting a fixed
+vector ``μ`` from every key of a sequence changes each of its queries' logits by the same
+``q·μ``, which the softmax cancels, so attention is unchanged while INT4 rows lose most of
+their error. On the default model the shared offset is large (about 40 in norm per layer and
+head) and INT4 keys, not values, carry nearly all the error that quantizing a prompt adds
+(README, "Centered keys").
+
+``μ`` is a property of the model, measured once when the runtime opens: the mean key of each
+layer and KV head over a fixed chat prompt (prose, a tool schema, SQL DDL and code, about 700
+tokens on the default model), sinks excluded, after RoPE, as the store sees keys. Only
+sequences whose policy may store INT4 are centered (``KVStore.add_sequence(centered=True)``);
+Full KV and the release-only baselines store their keys exactly as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pask_agent.errors import ConfigError
+
+# A fixed mix of what the runtime serves, sent twice as a system message before one question;
+# its tokens' keys are averaged (after the sinks).
+OFFSET_SYSTEM = """You are a helpful assistant that answers questions about a database \
+and calls tools.
+The harbour was quiet in the early morning; the ships rocked slowly and the gulls circled over the
+fish market while the first traders arrived with their carts.
+{"type": "function", "function": {"name": "get_weather", "description": "Current weather for a
+city", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description":
+"City name, e.g. Berlin"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+"required": ["city"]}}}
+CREATE TABLE customers (customer_id INTEGER PRIMARY KEY, name TEXT NOT NULL, country TEXT,
+signup_date TEXT);
+CREATE TABLE orders (order_id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES
+customers(customer_id), total REAL, status TEXT);
+/* 3 example rows: (1, 'Olivia Smith', 'Germany', '2023-04-01') */
+-- orders.status is one of: 'shipped', 'pending', 'cancelled'
+SELECT customers.name, SUM(orders.total) FROM customers JOIN orders ON customers.customer_id =
+orders.customer_id WHERE orders.status = 'shipped' GROUP BY customers.name ORDER BY 2 DESC;
+def moving_average(values: list[float], window: int) -> list[float]:
+    \"\"\"Return the mean of each run of `window` consecutive values.\"\"\"
+    return [sum(values[i : i + window]) / window for i in range(len(values) - window + 1)]
+"""
+OFFSET_QUESTION = (
+    "How many orders were shipped to customers in Germany last year? Answer with one query."
+)
+
+
+def offset_prompt(tokenizer: Any) -> str:
+    """The text the offsets are measured on, in the tokenizer's chat format when it has one
+    (the runtime serves chat prompts; a plain text's keys sit measurably elsewhere)."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [
+            {"role": "system", "content": OFFSET_SYSTEM * 2},
+            {"role": "user", "content": OFFSET_QUESTION},
+        ]
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return str(text)
+    return OFFSET_SYSTEM * 2 + OFFSET_QUESTION
+
+
+def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.Tensor:
+    """``[layers, kv_heads, head_dim]`` fp32: the mean post-RoPE key over ``offset_prompt``.
+
+    Runs the unmodified model once with transformers' own cache (``sdpa``), so it does not
+    depend on the store it configures. The first ``skip`` tokens (attention sinks, whose keys
+    are outliers of their own) are left out.
+
+    Raises
+    ------
+    ConfigError
+        The model can embed no more than ``skip`` of the text's tokens.
+    """
+    from transformers import DynamicCache
+
+    text = offset_prompt(tokenizer)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    # a test model paired with a larger tokenizer embeds only its own ids
+    ids = ids[:, ids[0] < model.config.vocab_size].to(model.device)
+    if ids.shape[1] <= skip:
+        n = ids.shape[1]
+        raise ConfigError(f"the model embeds {n} tokens of the offset text; need more than {skip}")
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        cache = DynamicCache()
+        with torch.no_grad():
+            model(input_ids=ids, cache=cache, use_cache=True)
+    finally:
+        model.set_attn_implementation(previous)
+    means = [layer.keys[0, :, skip:].float().mean(dim=1) for layer in cache.layers]
+    return torch.stack(means)  # [L, Hkv, D]

@@ -1,0 +1,124 @@
+"""Centered keys (``runtime/key_offsets.py``): attention unchanged, INT4 rows closer to Full KV."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from engine_greedy import engine_for, greedy, tiny_loaded
+
+from pask_agent.errors import KVStoreError
+from pask_agent.policy.actions import Action
+from pask_agent.policy.full import FullPolicy
+from pask_agent.policy.mikv import MiKVPolicy
+from pask_agent.policy.pask import PaskPolicy
+from pask_agent.policy.snapkv import SnapKVPolicy
+from pask_agent.policy.uniform import UniformPolicy
+from pask_agent.runtime.key_offsets import measure_key_offsets
+from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model):
+    return tiny_loaded(tiny_model, load_tokenizer("default"))
+
+
+def _prompt(n: int, seed: int = 3) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 512, (n,), generator=g).tolist()
+
+
+def _logits_through_store(model, ids: list[int], offsets, *, centered: bool) -> torch.Tensor:
+    """Prefill ``ids`` in two chunks and decode one token, all high; logits of every step."""
+    store = KVStore(
+        KVLayout.from_config(model.config),
+        StoreConfig(sinks=2, window=4, rows_per_pool=64),
+        key_offsets=offsets,
+    )
+    store.add_sequence("s", centered=centered)
+    cache = PaskCache(store)
+    use_pask_attention(model)
+    out = []
+    with torch.inference_mode():
+        for chunk in (ids[:9], ids[9:], [ids[0]]):
+            step = store.begin_step([("s", len(chunk))])
+            out.append(forward_step(model, cache, step, torch.tensor(chunk)))
+    return torch.cat(out)
+
+
+def test_centering_leaves_attention_unchanged(tiny_model) -> None:
+    # a large offset (far larger than the keys) cancels in every query's softmax
+    layout = KVLayout.from_config(tiny_model.config)
+    g = torch.Generator().manual_seed(0)
+    shape = (layout.num_layers, layout.num_kv_heads, layout.head_dim)
+    offsets = 20 * torch.randn(shape, generator=g)
+    ids = _prompt(15)
+    plain = _logits_through_store(tiny_model, ids, offsets, centered=False)
+    centered = _logits_through_store(tiny_model, ids, offsets, centered=True)
+    assert torch.allclose(plain, centered, atol=2e-2), (plain - centered).abs().max()
+    # the offsets are really applied: keys stored BF16 after a shift of 20 round differently
+    assert not torch.equal(plain, centered)
+
+
+def test_store_refuses_bad_offsets(tiny_model) -> None:
+    layout = KVLayout.from_config(tiny_model.config)
+    with pytest.raises(KVStoreError, match="key_offsets must have shape"):
+        KVStore(layout, StoreConfig(rows_per_pool=8), key_offsets=torch.zeros(2, 2, 2))
+    store = KVStore(layout, StoreConfig(rows_per_pool=8))
+    with pytest.raises(KVStoreError, match="needs a store built with key_offsets"):
+        store.add_sequence("s", centered=True)
+
+
+def test_only_policies_that_may_store_int4_are_centered() -> None:
+    assert PaskPolicy.stores_int4 and MiKVPolicy.stores_int4
+    assert not FullPolicy.stores_int4 and not SnapKVPolicy.stores_int4
+    assert UniformPolicy(Action.L).stores_int4 and not UniformPolicy(Action.R).stores_int4
+
+
+def test_full_kv_is_bit_identical_with_and_without_centering(tiny) -> None:
+    prompts = [_prompt(30, seed=s) for s in (1, 2)]
+    on = greedy(engine_for(tiny, window=8), prompts, max_new_tokens=6, keep_logits=True)
+    off = greedy(
+        engine_for(tiny, window=8, center_keys=False), prompts, max_new_tokens=6, keep_logits=True
+    )
+    for a, b in zip(on, off, strict=True):
+        assert a.token_ids == b.token_ids
+        assert all(torch.equal(x, y) for x, y in zip(a.step_logits, b.step_logits, strict=True))
+
+
+def test_offsets_are_the_mean_key_and_measured_once(tiny) -> None:
+    offsets = tiny.key_offsets
+    layout = KVLayout.from_config(tiny.model.config)
+    assert offsets.shape == (layout.num_layers, layout.num_kv_heads, layout.head_dim)
+    assert tiny.key_offsets is offsets  # cached on the loaded model
+    again = measure_key_offsets(tiny.model, tiny.tokenizer)
+    assert torch.equal(again, offsets)
+    assert tiny.model.config._attn_implementation in ("pask", "sdpa")
+
+
+def _int4_error(loaded, prompt: str, *, center: bool) -> float:
+    """KL(Full KV || every settled prompt token INT4) of the first answer token's distribution."""
+    ids = loaded.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    full = greedy(engine_for(loaded, center_keys=center), [ids], max_new_tokens=1,
+                  keep_logits=True)[0].step_logits[0]  # fmt: skip
+    low = greedy(engine_for(loaded, center_keys=center), [ids], max_new_tokens=1,
+                 action=Action.L, keep_logits=True)[0].step_logits[0]  # fmt: skip
+    p, q = torch.log_softmax(full.float(), -1), torch.log_softmax(low.float(), -1)
+    return float((p.exp() * (p - q)).sum())
+
+
+@pytest.mark.slow
+def test_centered_int4_keys_are_closer_to_full_kv_on_the_default_model(default_model) -> None:
+    from pask_agent.integrations.sql import SQLiteAssistant
+    from pask_agent.package_data import sample_data_dir
+
+    assistant = SQLiteAssistant(sample_data_dir() / "school.sqlite", runtime=None)
+    messages = assistant.messages("How many students are enrolled in each course?")
+    prompt = default_model.tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    plain = _int4_error(default_model, prompt, center=False)
+    centered = _int4_error(default_model, prompt, center=True)
+    print(f"\nKL to Full KV, prompt in INT4: plain {plain:.3e}, centered {centered:.3e}")
+    assert centered < 0.5 * plain
