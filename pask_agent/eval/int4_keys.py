@@ -93,7 +93,9 @@ def score_question(
     return out
 
 
-def run(split: str, limit: int | None, answer_tokens: int, sinks: int) -> dict[str, Any]:
+def run(
+    split: str, limit: int | None, every: int, answer_tokens: int, sinks: int
+) -> dict[str, Any]:
     from pask_agent.eval.sql_data import load_sample_questions
     from pask_agent.integrations.sql import SQLiteAssistant
     from pask_agent.runtime.models import load_model
@@ -102,7 +104,7 @@ def run(split: str, limit: int | None, answer_tokens: int, sinks: int) -> dict[s
     model, tok = loaded.model, loaded.tokenizer
     offsets = loaded.key_offsets
     data = load_sample_questions(split=None if split == "all" else split)
-    questions = data.questions[:limit]
+    questions = data.questions[::every][:limit]
     assistants: dict[str, SQLiteAssistant] = {}
     rows = []
     for q in questions:
@@ -123,7 +125,7 @@ def run(split: str, limit: int | None, answer_tokens: int, sinks: int) -> dict[s
             totals[s].tokens_kept += v["kept"]
             totals[s].answers_unchanged += int(v["unchanged"])
     return {
-        "meta": {**provenance(), "split": split, "questions": len(rows),
+        "meta": {**provenance(), "split": split, "every": every, "questions": len(rows),
                  "answer_tokens": answer_tokens, "sinks": sinks,
                  "answer_tokens_total": sum(r["storages"]["bf16"]["tokens"] for r in rows)},
         "totals": {s: vars(t) for s, t in totals.items()},
@@ -141,7 +143,8 @@ def write(report: dict[str, Any], out: Path) -> None:
         f"Command: `{meta['command']}`  ",
         f"Commit: `{meta['git_commit']}`  ",
         f"Machine: {meta['machine']}  ",
-        f"{meta['questions']} questions of the `{meta['split']}` split; the default model's "
+        f"{meta['questions']} questions (every {meta['every']}. of the `{meta['split']}` split); "
+        "the default model's "
         f"greedy answer over an exact cache ({meta['answer_tokens']} tokens at most, "
         f"{meta['answer_tokens_total']} in all), replayed teacher-forced over the prompt's "
         f"cache stored each way; the first {meta['sinks']} tokens stay exact.",
@@ -162,12 +165,15 @@ def write(report: dict[str, Any], out: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="dev", choices=["dev", "test", "all"])
+    parser.add_argument("--every", type=int, default=1, help="every k-th question of the split")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only")
     parser.add_argument("--answer-tokens", type=int, default=40)
     parser.add_argument("--sinks", type=int, default=4)
     parser.add_argument("--out", default="results/int4_keys")
     args = parser.parse_args(argv)
-    report = run(args.split, args.limit, args.answer_tokens, args.sinks)
+    if args.every < 1:
+        parser.error("--every must be >= 1")
+    report = run(args.split, args.limit, args.every, args.answer_tokens, args.sinks)
     write(report, Path(args.out))
     print((Path(args.out) / "int4_keys.md").read_text())
 
