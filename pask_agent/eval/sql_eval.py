@@ -369,6 +369,24 @@ def paired_against(
     return [(name, compare_paired(hits, base)) for name, hits in by_config.items()]
 
 
+def same_candidates(
+    records: Sequence[SqlRecord], baseline: Sequence[SqlRecord]
+) -> dict[str, tuple[int, int]]:
+    """Per configuration: candidates whose SQL equals the baseline's candidate of the same
+    question and index (the same seed), out of those both runs have. How closely a compressed
+    cache follows Full KV, with far less noise than accuracy."""
+    base = {r.id: [c["sql"] for c in r.candidates] for r in baseline}
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        theirs = base.get(r.id)
+        if theirs is None:
+            continue
+        pairs = list(zip((c["sql"] for c in r.candidates), theirs, strict=False))
+        out[r.config][0] += sum(a == b for a, b in pairs)
+        out[r.config][1] += len(pairs)
+    return {name: (v[0], v[1]) for name, v in out.items()}
+
+
 def load_records(path: Path, *, first_config: bool = True) -> list[SqlRecord]:
     """Records of an earlier run's JSONL (only its first configuration when asked).
 
@@ -470,6 +488,12 @@ def write_results(
             if b["overall"]["accuracy"]
         ]
         lines += ["", "Accuracy over the baseline's: " + ", ".join(ratios) + "."]
+        same = same_candidates(records, base)
+        report["paired_vs_baseline"] += [
+            {"baseline": name, "config": n, "same_candidates": v} for n, v in same.items()
+        ]
+        shown = ", ".join(f"{n} {v[0]} of {v[1]}" for n, v in same.items())
+        lines += ["", f"Candidates with the baseline's SQL (same question and seed): {shown}."]
     lines += ["", "| config | id | ok | predicted SQL |", "|---|---|---|---|"]
     for r in records:
         sql = r.predicted_sql.replace("|", "\\|").replace("\n", " ")
