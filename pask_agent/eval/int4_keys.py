@@ -5,7 +5,8 @@ the SQL assistant's prompts, lets the unmodified model write its greedy answer o
 cache (the reference), then replays that answer teacher-forced over the same prompt cache
 stored five ways: BF16 (what Full KV stores), K and V in INT4, only K in INT4, only V in INT4,
 and K and V in INT4 with the keys centered on the model's key offsets
-(``runtime/key_offsets.py``). The first ``sinks`` tokens stay exact, as the store keeps them.
+(``runtime/key_offsets.py``). The first ``sinks`` tokens are never quantized (the store
+holds them in BF16; here they stay exact in the INT4 storages).
 
 Per storage it reports the answer's negative log-likelihood beyond BF16's (nats, summed over
 the questions), how many answer tokens are still the argmax, and how many answers would be
@@ -143,11 +144,11 @@ def write(report: dict[str, Any], out: Path) -> None:
         f"Command: `{meta['command']}`  ",
         f"Commit: `{meta['git_commit']}`  ",
         f"Machine: {meta['machine']}  ",
-        f"{meta['questions']} questions (every {meta['every']}. of the `{meta['split']}` split); "
+        f"{meta['questions']} questions (one in {meta['every']} of the `{meta['split']}` split); "
         "the default model's "
         f"greedy answer over an exact cache ({meta['answer_tokens']} tokens at most, "
         f"{meta['answer_tokens_total']} in all), replayed teacher-forced over the prompt's "
-        f"cache stored each way; the first {meta['sinks']} tokens stay exact.",
+        f"cache stored each way; the first {meta['sinks']} tokens are never quantized.",
         "",
         "| prompt K/V stored as | NLL beyond BF16 (nats, total) | answer tokens still argmax "
         "| answers unchanged |",
