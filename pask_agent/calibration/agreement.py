@@ -87,6 +87,7 @@ class ProbePolicy(Policy):
     name = "probe"
     needs_tags = True
     needs_labels = True
+    stores_int4 = True  # a probe may apply L: centered, as PASK is served
 
     def start(self, env: PolicyEnv) -> ProbeSession:
         assert self.probe is not None and self.keys is not None

@@ -69,9 +69,12 @@ class ModelParts:
     head_dim: int
     groups: LayerGroups
     dtype: torch.dtype
+    # [layers, Hkv, D]: what the store centers INT4-stored keys on (runtime/key_offsets.py);
+    # None: keys quantized as they are
+    key_offsets: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, model: Any) -> ModelParts:
+    def of(cls, model: Any, key_offsets: torch.Tensor | None = None) -> ModelParts:
         cfg = model.config
         heads = int(cfg.num_attention_heads)
         head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
@@ -86,11 +89,21 @@ class ModelParts:
             head_dim=head_dim,
             groups=LayerGroups.for_layers(len(model.model.layers)),
             dtype=next(model.parameters()).dtype,
+            key_offsets=None if key_offsets is None else key_offsets.to(next(model.parameters())),
         )
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
+
+    def low_keys(self, layer: int, k: torch.Tensor) -> torch.Tensor:
+        """Keys ``[.., Hkv, D]`` as an INT4 row hands them back: centered as the store keeps
+        a PASK request's keys, quantized, dequantized, and moved back (the shift cancels in
+        the softmax, so only the quantization error remains)."""
+        if self.key_offsets is None:
+            return _stored_low(k)
+        mu = self.key_offsets[layer].to(k.dtype)
+        return _stored_low(k - mu) + mu
 
     def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         # x [..., T, heads, D]; cos/sin [T, D]
@@ -247,7 +260,7 @@ class TraceContext:
             h = h + block.mlp(block.post_attention_layernorm(h))
             self.kp_hi.append(_stored_high(k))
             self.vp_hi.append(_stored_high(v))
-            self.kp_lo.append(_stored_low(k))
+            self.kp_lo.append(parts.low_keys(layer, k))
             self.vp_lo.append(_stored_low(v))
         # Control run over the answer: every later batch restarts from these hidden states.
         self.ctrl_in: list[torch.Tensor] = []  # [T, d] input of each layer
@@ -461,7 +474,7 @@ class TraceContext:
         q_abs = n_p + t0 + torch.arange(tq)
         # ---- prompt keys: sinks and the keys within `window` of a query are shielded
         kp, vp, gone_p = self._stored(
-            self.kp_hi[layer], self.vp_hi[layer], self.kp_lo[layer], self.vp_lo[layer],
+            layer, self.kp_hi[layer], self.vp_hi[layer], self.kp_lo[layer], self.vp_lo[layer],
             prompt_modes,
         )  # fmt: skip
         sp = torch.einsum("nkgtd,npkd->nkgtp", qg, kp)
@@ -478,7 +491,7 @@ class TraceContext:
         # ---- answer keys (causal): the band within `window` of each query is shielded
         # the answer's keys as stored (a query's own key is in the store by then as well)
         k, v = _stored_high(k), _stored_high(v)
-        ko, vo, gone_o = self._stored(k, v, None, None, output_modes, per_row=True)
+        ko, vo, gone_o = self._stored(layer, k, v, None, None, output_modes, per_row=True)
         so = torch.einsum("nkgtd,nskd->nkgts", qg, ko)
         if gone_o is not None:
             so = so.masked_fill(gone_o[:, None, None, None, :], float("-inf"))
@@ -504,6 +517,7 @@ class TraceContext:
 
     def _stored(
         self,
+        layer: int,
         k_hi: torch.Tensor,
         v_hi: torch.Tensor,
         k_lo: torch.Tensor | None,
@@ -520,7 +534,7 @@ class TraceContext:
         m = torch.from_numpy(np.ascontiguousarray(modes, dtype=np.int8))  # [N, keys]
         low = (m == L)[..., None, None]
         if k_lo is None and bool(low.any()):
-            k_lo, v_lo = _stored_low(k_hi), _stored_low(v_hi)
+            k_lo, v_lo = self.parts.low_keys(layer, k_hi), _stored_low(v_hi)
         k_rows = k_hi if per_row else k_hi[None]
         v_rows = v_hi if per_row else v_hi[None]
         if k_lo is not None:

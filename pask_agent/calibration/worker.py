@@ -65,7 +65,7 @@ class ReplayWorker:
         loaded = load_model(spec.model, dtype=DTYPES[spec.dtype])
         self.spec = spec
         self.tokenizer = loaded.tokenizer
-        self.parts = ModelParts.of(loaded.model)
+        self.parts = ModelParts.of(loaded.model, key_offsets=loaded.key_offsets)
         vocab = int(loaded.model.config.vocab_size)
         self.replayer = TraceReplayer(loaded.tokenizer, vocab)
         # the server's own token-id facts: stop tokens and the parallel-call separators

@@ -87,7 +87,7 @@ def recorded(smollm2, tmp_path_factory) -> tuple[Path, Path]:
 
 def _contexts(model: Any, path: Path) -> list[TraceContext]:
     replayer = TraceReplayer(model.tokenizer, int(model.model.config.vocab_size))
-    parts = ModelParts.of(model.model)
+    parts = ModelParts.of(model.model, key_offsets=model.key_offsets)
     return [
         TraceContext(
             parts,
@@ -214,14 +214,15 @@ def test_calibrate_writes_a_table_that_serves_and_resumes(smollm2, recorded, tmp
     ]
     report = json.loads(result.report_path.read_text())
     assert report["decode_candidates"] and report["mismatch"]["decode"]["R"]["buckets"] > 0
-    # the table serves: PASK with it decodes a tool call on the model it was made for
+    # the table serves: PASK with it decodes a tool call on the model it was made for (one
+    # call: allowed parallel calls, SmolLM2 repeated this one until the 40-token limit)
     question = [{"role": "user", "content": "Weather in Rome?"}]
 
     async def serve() -> Any:
         async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
             return await rt.chat(
                 question, tools=[get_weather], tool_choice="required", max_new_tokens=40,
-                policy=PaskPolicy(table), budget=0.5,
+                policy=PaskPolicy(table), budget=0.5, parallel_tool_calls=False,
             )  # fmt: skip
 
     served = anyio.run(serve)
