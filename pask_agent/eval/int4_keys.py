@@ -67,8 +67,10 @@ def score_question(
     """Per storage: the reference answer's NLL, argmax tokens kept, and whether none flipped."""
     from transformers import DynamicCache
 
+    from pask_agent.runtime.seam import stock_attention
+
     n = ids.shape[1]
-    with torch.no_grad():
+    with stock_attention(model), torch.no_grad():
         ref = model.generate(ids, max_new_tokens=answer_tokens, do_sample=False)
         answer = ref[:, n:]
         cache = DynamicCache()

@@ -469,8 +469,10 @@ def write_results(
     for base in baselines:
         pairs = paired_against(records, base)
         name = base[0].config
+        same = same_candidates(records, base)
         report["paired_vs_baseline"] += [
-            {"baseline": name, "config": n, **asdict(c)} for n, c in pairs
+            {"baseline": name, "config": n, **asdict(c), "same_candidates": same.get(n, (0, 0))}
+            for n, c in pairs
         ]
         (b,) = summarize(base)
         errors = b["binding_errors"]
@@ -488,10 +490,6 @@ def write_results(
             if b["overall"]["accuracy"]
         ]
         lines += ["", "Accuracy over the baseline's: " + ", ".join(ratios) + "."]
-        same = same_candidates(records, base)
-        report["paired_vs_baseline"] += [
-            {"baseline": name, "config": n, "same_candidates": v} for n, v in same.items()
-        ]
         shown = ", ".join(f"{n} {v[0]} of {v[1]}" for n, v in same.items())
         lines += ["", f"Candidates with the baseline's SQL (same question and seed): {shown}."]
     lines += ["", "| config | id | ok | predicted SQL |", "|---|---|---|---|"]

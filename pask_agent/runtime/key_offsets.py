@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ConfigError
+from pask_agent.runtime.seam import stock_attention
 
 # A fixed mix of what the runtime serves, sent twice as a system message before one question;
 # its tokens' keys are averaged (after the sinks).
@@ -85,13 +86,8 @@ def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.T
     if ids.shape[1] <= skip:
         n = ids.shape[1]
         raise ConfigError(f"the model embeds {n} tokens of the offset text; need more than {skip}")
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("sdpa")
-    try:
-        cache = DynamicCache()
-        with torch.no_grad():
-            model(input_ids=ids, cache=cache, use_cache=True)
-    finally:
-        model.set_attn_implementation(previous)
+    cache = DynamicCache()
+    with stock_attention(model), torch.no_grad():
+        model(input_ids=ids, cache=cache, use_cache=True)
     means = [layer.keys[0, :, skip:].float().mean(dim=1) for layer in cache.layers]
     return torch.stack(means)  # [L, Hkv, D]

@@ -11,6 +11,8 @@ store hands out, never the retained length.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +57,18 @@ def pask_attention(
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     out = key.store.attend(key.layer, key.step, q, key.k, key.v, scale=scale)
     return out.to(query.dtype).unsqueeze(0), None  # [1, T, Hq, D]
+
+
+@contextmanager
+def stock_attention(model: Any) -> Iterator[None]:
+    """Run ``model`` with transformers' own attention (``sdpa``) inside the block, e.g. for a
+    forward with a ``DynamicCache`` while an engine has switched it to ``pask``."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("sdpa")
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
 
 
 def use_pask_attention(model: Any) -> None:

@@ -7,6 +7,7 @@ import math
 import torch
 
 from pask_agent.eval.int4_keys import STORAGES, _stored, score_question, write
+from pask_agent.runtime.seam import use_pask_attention
 
 
 def test_storages_quantize_what_they_name() -> None:
@@ -31,7 +32,9 @@ def test_scores_a_prompt_on_smollm2(smollm2, tmp_path) -> None:
     tok = smollm2.tokenizer
     text = "Here is a list of five fruits and their colours:\n1. Banana, yellow\n2."
     ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    use_pask_attention(smollm2.model)  # as an engine leaves the shared model
     scores = score_question(smollm2.model, ids, smollm2.key_offsets, answer_tokens=8, sinks=4)
+    assert smollm2.model.config._attn_implementation == "pask"  # given back as it was
     assert set(scores) == set(STORAGES)
     n = scores["bf16"]["tokens"]
     assert 1 <= n <= 8

@@ -27,6 +27,7 @@ from pask_agent.eval.sql_eval import (
     main,
     results_match,
     revote,
+    same_candidates,
     summarize,
     write_results,
 )
@@ -115,7 +116,19 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     )
     (pair,) = report["paired_vs_baseline"]
     assert (pair["only_a"], pair["only_b"], pair["difference"]) == (1, 0, 0.25)
+    assert tuple(pair["same_candidates"]) == (4, 4)  # every candidate is "SELECT 1"
+    assert "(same question and seed): full k=3 4 of 4" in md
     assert (tmp_path / "sql_eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_same_candidates_compares_sql_by_question_and_seed() -> None:
+    def with_sql(i: int, sqls: list[str]) -> SqlRecord:
+        return replace(record(i, "simple", True, 1.0, [("a", True)] * len(sqls)),
+                       candidates=[{"sql": q} for q in sqls])  # fmt: skip
+
+    runs = [with_sql(0, ["A", "B"]), with_sql(1, ["C", "D", "E"]), with_sql(2, ["F"])]
+    base = [with_sql(0, ["A", "X"]), with_sql(1, ["C", "D"])]  # no question 2, two seeds of 1
+    assert same_candidates(runs, base) == {"full k=3": (3, 4)}  # A=A, B≠X; C=C, D=D
 
 
 def test_revote_scores_a_run_as_if_it_had_fewer_candidates(tmp_path: Path) -> None:
