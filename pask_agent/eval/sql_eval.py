@@ -47,6 +47,7 @@ from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
 from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SqlAnswer, SQLiteAssistant
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_examples import SqlExample
 from pask_agent.integrations.sql_vote import result_digest, tally
 
 _ALL_ROWS = 1_000_000  # scoring compares whole results, not the assistant's row cap
@@ -64,6 +65,7 @@ class SqlConfig:
     bind_columns: bool = True
     table_aliases: bool = False
     examples: int = 0
+    shots: int = 0  # nearest known queries shown (sql_known.py), from ``evaluate``'s pool
 
     @property
     def name(self) -> str:
@@ -72,7 +74,8 @@ class SqlConfig:
         unbound = "" if self.bind_columns else " unbound"
         aliased = " aliased" if self.table_aliases else ""
         shown = f" ex={self.examples}" if self.examples else ""
-        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}{shown}"
+        shots = f" shots={self.shots}" if self.shots else ""
+        return f"{self.policy}{b} k={self.candidates}{plain}{unbound}{aliased}{shown}{shots}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,22 +161,35 @@ def configurations(
     bind_columns: bool = True,
     table_aliases: bool = False,
     examples: int = 0,
+    shots: int = 0,
 ) -> list[SqlConfig]:
     """Full KV once, every other policy at every budget."""
     out: list[SqlConfig] = []
     for p in policies:
         for b in [None] if p == "full" else budgets:
-            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases, examples)
+            cfg = SqlConfig(p, b, candidates, linking, bind_columns, table_aliases, examples, shots)
             if cfg not in out:
                 out.append(cfg)
     return out
 
 
-def example_digests(assistant: SQLiteAssistant) -> frozenset[str]:
-    """The result sets of the worked examples the assistant's prompt shows."""
+def example_digests(assistant: SQLiteAssistant, examples: Sequence[SqlExample]) -> frozenset[str]:
+    """The result sets of the examples a prompt shows (to mark a question they answer)."""
     return frozenset(
-        result_digest(assistant.db.query(ex.sql, row_limit=_ALL_ROWS)) for ex in assistant.examples
+        result_digest(assistant.db.query(ex.sql, row_limit=_ALL_ROWS)) for ex in examples
     )
+
+
+def known_pool(known: SqlQuestionSet | None, q: SqlQuestion) -> list[SqlExample]:
+    """The known queries for ``q``: the pool's questions on the same database, ``q`` itself
+    left out (so a split can serve as its own pool, one question out at a time)."""
+    if known is None:
+        return []
+    return [
+        SqlExample(_question_text(k), k.gold_sql)
+        for k in known.questions
+        if k.db == q.db and k.id != q.id
+    ]
 
 
 def score(
@@ -222,10 +238,13 @@ async def evaluate(
     repairs: int = 0,
     log: Callable[[str], None] = print,
     on_record: Callable[[list[SqlRecord]], None] | None = None,
+    known: SqlQuestionSet | None = None,
 ) -> list[SqlRecord]:
     """Ask every question under every configuration (one assistant per database and prompt
     style) and score it; ``on_record`` sees all records so far after each question, so a run
-    cut short still leaves its files."""
+    cut short still leaves its files. A configuration with ``shots`` shows the nearest of
+    ``known``'s questions on the same database (never the question itself) with their gold
+    queries."""
     from pask_agent.policy.registry import get_policy
     from pask_agent.runtime.runtime import Runtime
 
@@ -234,12 +253,14 @@ async def evaluate(
     check_inputs(questions)
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
-        assistants: dict[tuple[str, bool, bool, bool, int], SQLiteAssistant] = {}
-        shown: dict[tuple[str, bool, bool, bool, int], frozenset[str]] = {}
+        assistants: dict[tuple[str, bool, bool, bool, int, int], SQLiteAssistant] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
-                    key = (q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases, cfg.examples)
+                    key = (
+                        q.db, cfg.linking, cfg.bind_columns, cfg.table_aliases, cfg.examples,
+                        cfg.shots,
+                    )  # fmt: skip
                     if key not in assistants:
                         assistants[key] = SQLiteAssistant(
                             questions.db_path(q.db),
@@ -249,18 +270,23 @@ async def evaluate(
                             bind_columns=cfg.bind_columns,
                             table_aliases=cfg.table_aliases,
                             examples=cfg.examples,
+                            shots=cfg.shots,
                         )
-                        shown[key] = example_digests(assistants[key])
                     assistant = assistants[key]
+                    pool = assistant.known(known_pool(known, q) if cfg.shots else [])
+                    shown = example_digests(
+                        assistant, assistant.shown_examples(_question_text(q), pool)
+                    )
                     start = time.perf_counter()
                     answer = await assistant.ask(
                         _question_text(q),
                         policy=cfg.policy,
                         budget=cfg.budget,
                         candidates=cfg.candidates,
+                        known_queries=pool,
                     )
                     seconds = time.perf_counter() - start
-                    record = score(assistant.db, q, answer, cfg, seconds, shown[key])
+                    record = score(assistant.db, q, answer, cfg, seconds, shown)
                     records.append(record)
                     mark = "ok " if record.correct else "BAD"
                     log(f"[{cfg.name}] {q.id}: {mark} B={record.measured_b:.3f} {answer.sql}")
@@ -565,6 +591,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="worked examples written from each database (default: the assistant's; 0: none)",
     )
+    parser.add_argument(
+        "--known-queries",
+        choices=("dev", "test"),
+        default=None,
+        help="show each question the nearest sample questions of this split on its database "
+        "with their gold queries (never the question itself; see --shots)",
+    )
+    parser.add_argument(
+        "--shots", type=int, default=None, help="known queries shown per question (default 3)"
+    )
     parser.add_argument("--repairs", type=int, default=0, help="retries after a SQLite error")
     parser.add_argument(
         "--baseline",
@@ -582,7 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("results/sql"))
     args = parser.parse_args(argv)
     try:
-        from pask_agent.integrations.sql import DEFAULT_CANDIDATES, DEFAULT_EXAMPLES
+        from pask_agent.integrations.sql import (
+            DEFAULT_CANDIDATES,
+            DEFAULT_EXAMPLES,
+            DEFAULT_SHOTS,
+        )
 
         policies = [p.strip() for p in args.policies.split(",") if p.strip()]
         try:
@@ -595,6 +635,13 @@ def main(argv: list[str] | None = None) -> int:
         n_examples = DEFAULT_EXAMPLES if args.examples is None else args.examples
         if n_examples < 0:
             raise ConfigError(f"--examples must be >= 0, got {n_examples}")
+        shots = 0
+        if args.known_queries is not None:
+            shots = DEFAULT_SHOTS if args.shots is None else args.shots
+            if shots < 1:
+                raise ConfigError(f"--shots must be >= 1, got {shots}")
+        elif args.shots is not None:
+            raise ConfigError("--shots needs --known-queries SPLIT (the pool to show from)")
         baselines = [
             load_records(Path(part.strip()))
             for part in (args.baseline or "").split(",")
@@ -622,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
             not args.no_binding,
             args.table_aliases,
             n_examples,
+            shots,
         )
         if not configs:
             raise ConfigError("name at least one policy (and a budget for policies but full)")
@@ -636,8 +684,15 @@ def main(argv: list[str] | None = None) -> int:
             "bind_columns": not args.no_binding,
             "table_aliases": args.table_aliases,
             "examples": n_examples,
+            "known_queries": args.known_queries,
+            "shots": shots,
             "repairs": args.repairs,
         }
+        known = None
+        if args.known_queries is not None:
+            from pask_agent.eval.sql_data import load_sample_questions
+
+            known = load_sample_questions(split=args.known_queries)
         records = anyio.run(
             lambda: evaluate(
                 questions,
@@ -645,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                 model=args.model,
                 repairs=args.repairs,
                 on_record=lambda rs: write_results(args.out, rs, settings, baselines),
+                known=known,
             )
         )
     except PaskError as exc:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,12 @@ from pask_agent.grammars.sql.schema import SqlSchema, quote_identifier
 from pask_agent.grammars.sql.span_labels import label_ddl_spans
 from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
-from pask_agent.integrations.sql_examples import example_turns, write_examples
+from pask_agent.integrations.sql_examples import SqlExample, example_turns, write_examples
+from pask_agent.integrations.sql_known import (
+    KnownQueries,
+    check_known_queries,
+    without_table_aliases,
+)
 from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
 from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
 from pask_agent.runtime.results import Usage
@@ -68,6 +74,7 @@ DEFAULT_CANDIDATES = 4
 # without them, but 3 of the 35 were questions an example had already answered; on the other
 # 62 it answered 32 against 34 (5 gained, 7 lost).
 DEFAULT_EXAMPLES = 0
+DEFAULT_SHOTS = 3  # known queries shown per question, when the user gives some (sql_known.py)
 DEFAULT_SCHEMA_TOKENS = 2048  # the sample databases fit whole; BIRD's larger ones are linked
 _CHARS_PER_TOKEN = 3.0  # schema text runs 3.3-4 characters per token with the bundled models
 
@@ -202,6 +209,10 @@ class SQLiteAssistant:
     examples
         How many worked examples (question, query) written from the database's own schema
         and data precede the question (``sql_examples.py``); 0 for none.
+    known_queries, shots
+        Question/query pairs you have checked on this database (``SqlExample``); before each
+        question the model sees the ``shots`` whose questions read most like it
+        (``sql_known.py``). Each must run read-only, or ``ConfigError`` names it.
 
     Raises
     ------
@@ -230,6 +241,8 @@ class SQLiteAssistant:
         bind_columns: bool = True,
         table_aliases: bool = False,
         examples: int = DEFAULT_EXAMPLES,
+        known_queries: Sequence[SqlExample] = (),
+        shots: int = DEFAULT_SHOTS,
     ) -> None:
         if repairs < 0:
             raise ConfigError(f"repairs must be >= 0, got {repairs}")
@@ -239,6 +252,8 @@ class SQLiteAssistant:
             raise ConfigError("need temperature > 0 and 0 < top_p <= 1 for the sampled candidates")
         if examples < 0:
             raise ConfigError(f"examples must be >= 0, got {examples}")
+        if shots < 0:
+            raise ConfigError(f"shots must be >= 0, got {shots}")
         if schema_tokens < 64:
             raise ConfigError(f"schema_tokens must be >= 64, got {schema_tokens}")
         self.path = Path(path)
@@ -253,6 +268,8 @@ class SQLiteAssistant:
         self.schema_tokens = schema_tokens
         self._facts = read_facts(self.schema, self.db) if linking or examples else ()
         self.examples = write_examples(self._facts, self.db, examples) if examples else ()
+        self.known_queries = self.known(known_queries)
+        self.shots = shots
         # The whole schema's prompt; with linking on, a large schema's questions each get their
         # own (``system_prompt_for``).
         self.system_prompt = self.system_prompt_for("")
@@ -313,11 +330,51 @@ class SQLiteAssistant:
         budget = self.schema_tokens - self._count_tokens(head)
         return head + linked_schema_text(self._facts, question, budget, self._count_tokens)
 
-    def messages(self, question: str) -> list[dict[str, str]]:
-        """The chat messages for a question (the schema prompt first, so its KV is reused)."""
+    def known(self, examples: Sequence[SqlExample]) -> KnownQueries:
+        """A pool of checked question/query pairs, each run read-only first.
+
+        Without table aliases (the default grammar) each query is shown with its tables'
+        names in place of their aliases, provided it then returns what it did; one that
+        cannot be written so (a self-join, a derived table's columns) is kept out of the
+        prompt and listed in ``unshown``.
+
+        Raises
+        ------
+        ConfigError
+            A pair is not an ``SqlExample``, is empty, or its query does not run here.
+        """
+        check_known_queries(examples, self.db)
+        if self.table_aliases:
+            return KnownQueries.of(examples)
+        shown: list[SqlExample] = []
+        unshown: list[SqlExample] = []
+        for ex in examples:
+            sql = without_table_aliases(ex.sql)
+            same = sql is not None and self._same_result(sql, ex.sql)
+            (shown if same else unshown).append(replace(ex, sql=sql) if same else ex)
+        return KnownQueries.of(shown, unshown)
+
+    def _same_result(self, a: str, b: str) -> bool:
+        try:
+            return result_digest(self.db.query(a)) == result_digest(self.db.query(b))
+        except SqlExecutionError:
+            return False
+
+    def shown_examples(
+        self, question: str, known_queries: KnownQueries | None = None
+    ) -> tuple[SqlExample, ...]:
+        """The worked examples and the nearest known queries shown before ``question``."""
+        known = self.known_queries if known_queries is None else known_queries
+        return (*self.examples, *known.nearest(question.strip(), self.shots))
+
+    def messages(
+        self, question: str, known_queries: KnownQueries | None = None
+    ) -> list[dict[str, str]]:
+        """The chat messages for a question (the schema prompt first, so its KV is reused);
+        ``known_queries`` stands in for the assistant's pool for this question only."""
         return [
             {"role": "system", "content": self.system_prompt_for(question.strip())},
-            *example_turns(self.examples),
+            *example_turns(self.shown_examples(question, known_queries)),
             {"role": "user", "content": question.strip()},
         ]
 
@@ -332,6 +389,7 @@ class SQLiteAssistant:
         policy: str | None = None,
         budget: float | None = None,
         candidates: int | None = None,
+        known_queries: KnownQueries | None = None,
     ) -> SqlAnswer:
         """Write candidate queries for ``question``, run them, answer with the majority result.
 
@@ -339,7 +397,8 @@ class SQLiteAssistant:
         seeded samples, all under the schema's grammar. Each runs read-only under the time and
         row limits; a refused one goes back to the model with SQLite's message, up to
         ``repairs`` times, on its own conversation. The answer is the result set most
-        candidates return (``sql_vote.py``).
+        candidates return (``sql_vote.py``). ``known_queries`` replaces the assistant's pool
+        for this question (a benchmark leaves the question's own pair out this way).
 
         Raises
         ------
@@ -357,7 +416,7 @@ class SQLiteAssistant:
         if k < 1:
             raise ConfigError(f"candidates must be >= 1, got {k}")
         start = time.perf_counter()
-        messages = self.messages(question)
+        messages = self.messages(question, known_queries)
         outcomes: list[Any] = [None] * k
 
         async def run(i: int) -> None:

@@ -1,0 +1,138 @@
+"""Known queries: question/SQL pairs the user has already checked, shown when they resemble
+the question asked.
+
+Why: the default 0.5B model copies demonstrations far more readily than it follows written
+rules, but generic demonstrations mislead it as often as they help: shown five examples the
+assistant wrote from the schema, it took their columns and filters into questions they did not
+fit (``sql_examples.py``). Teams that query a database usually have queries they trust
+already (a dashboard's, an analyst's, answers they checked). Shown the few whose questions
+read most like the new one, the model sees the tables, joins and conventions (rounding, names
+rather than ids, how a percentage is written) of questions of the same kind. This is the
+example selection of DAIL-SQL-style prompting: nearest pairs by question text.
+
+Similarity is TF-IDF cosine over lower-cased words, with IDF taken over the pool itself, so
+words every known question shares ("how", "many", the database's main noun) weigh little and
+the words that tell questions apart (a column, a value, "average") weigh most. It is cheap,
+deterministic and needs no model. Ties keep the pool's order.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+
+from pask_agent.errors import ConfigError
+from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_examples import SqlExample
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+@dataclass(frozen=True, slots=True)
+class KnownQueries:
+    """A pool of checked question/query pairs for one database, searchable by question."""
+
+    examples: tuple[SqlExample, ...]
+    _idf: dict[str, float]
+    _vectors: tuple[dict[str, float], ...]
+    unshown: tuple[SqlExample, ...] = ()  # pairs the assistant's grammar could not follow
+
+    @classmethod
+    def of(cls, examples: Sequence[SqlExample], unshown: Sequence[SqlExample] = ()) -> KnownQueries:
+        docs = [Counter(_words(e.question)) for e in examples]
+        df = Counter(w for d in docs for w in d)
+        n = len(docs)
+        idf = {w: math.log((1 + n) / (1 + c)) + 1.0 for w, c in df.items()}
+        return cls(tuple(examples), idf, tuple(_unit(d, idf) for d in docs), tuple(unshown))
+
+    def nearest(self, question: str, count: int) -> tuple[SqlExample, ...]:
+        """The ``count`` known pairs whose questions read most like ``question``, most alike
+        last (nearest the question in the prompt, where a small model copies from)."""
+        if count <= 0 or not self.examples:
+            return ()
+        q = _unit(Counter(_words(question)), self._idf)
+        scores = [sum(q.get(w, 0.0) * v for w, v in vec.items()) for vec in self._vectors]
+        order = sorted(range(len(scores)), key=lambda i: -scores[i])[:count]
+        return tuple(self.examples[i] for i in reversed(order))
+
+
+def _unit(counts: Counter[str], idf: dict[str, float]) -> dict[str, float]:
+    """TF-IDF weights scaled to unit length (words outside the pool weigh nothing)."""
+    vec = {w: c * idf[w] for w, c in counts.items() if w in idf}
+    norm = math.sqrt(sum(v * v for v in vec.values()))
+    return {w: v / norm for w, v in vec.items()} if norm else {}
+
+
+def check_known_queries(examples: Sequence[SqlExample], db: ReadOnlyDatabase) -> None:
+    """Refuse a pool the model must not copy from: an empty question or a query that fails.
+
+    Raises
+    ------
+    ConfigError
+        Naming the pair and SQLite's message, so the user can fix or drop it.
+    """
+    for i, ex in enumerate(examples):
+        if not isinstance(ex, SqlExample):
+            raise ConfigError(
+                f"known_queries[{i}] is {type(ex).__name__}; pass SqlExample(question, sql)"
+            )
+        if not ex.question.strip() or not ex.sql.strip():
+            raise ConfigError(f"known_queries[{i}] has an empty question or query")
+        try:
+            db.query(ex.sql)
+        except SqlExecutionError as exc:
+            raise ConfigError(
+                f"known_queries[{i}] ({ex.question!r}) does not run on this database: {exc}"
+            ) from exc
+
+
+def without_table_aliases(sql: str) -> str | None:
+    """``sql`` with each aliased table written by its name (``T1.name`` → ``products.name``),
+    or ``None`` when that cannot be done: a table read twice (a self-join, a correlated
+    subquery over the same table) or a derived table's columns need their alias.
+
+    Why: the default grammar forbids table aliases (``grammar.py``), and a demonstration the
+    grammar cannot follow teaches the model to start what it may not finish. Known queries are
+    often written with aliases (BIRD's gold queries are), so they are shown rewritten; the
+    caller checks that the rewrite returns what the original did. The text is edited in
+    place rather than regenerated, so the query reads as its author wrote it.
+    """
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return None
+    tables = list(tree.find_all(exp.Table))
+    if not any(t.alias for t in tables):
+        return sql
+    names = [t.name.lower() for t in tables]
+    if len(set(names)) != len(names):
+        return None
+    out = sql
+    for table in tables:
+        alias = table.alias
+        if not alias:
+            continue
+        name = table.name
+        declared = re.compile(rf"\b{re.escape(name)}\s+(?:AS\s+)?{re.escape(alias)}\b", re.I)
+        if len(declared.findall(out)) != 1:
+            return None
+        out = declared.sub(name, out)
+        out = re.sub(rf"(?<![\w.'\"]){re.escape(alias)}\.", f"{name}.", out)
+    try:
+        rewritten = sqlglot.parse_one(out, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return None
+    for col in rewritten.find_all(exp.Column):
+        if col.table and col.table.lower() not in names:
+            return None  # a derived table's alias: the unaliased grammar cannot name it
+    return out
