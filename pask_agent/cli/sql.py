@@ -24,6 +24,11 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="queries decoded and voted on (default: the assistant's)",
     )
+    p.add_argument(
+        "--known",
+        default=None,
+        help='JSON Lines of checked {"question": ..., "sql": ...} pairs; the nearest are shown',
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -32,11 +37,16 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from pask_agent.integrations.sql import SQLiteAssistant
+    from pask_agent.integrations.sql_known import load_known_queries
     from pask_agent.runtime.runtime import Runtime
+
+    known = load_known_queries(args.known) if args.known else []
 
     async def ask() -> Any:
         async with Runtime.open(args.model) as rt:
-            assistant = SQLiteAssistant(args.db, runtime=rt, time_limit_s=args.time_limit)
+            assistant = SQLiteAssistant(
+                args.db, runtime=rt, time_limit_s=args.time_limit, known_queries=known
+            )
             try:
                 return await assistant.ask(
                     args.question,

@@ -18,11 +18,13 @@ deterministic and needs no model. Ties keep the pool's order.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import sqlglot
 from sqlglot import exp
@@ -135,4 +137,32 @@ def without_table_aliases(sql: str) -> str | None:
     for col in rewritten.find_all(exp.Column):
         if col.table and col.table.lower() not in names:
             return None  # a derived table's alias: the unaliased grammar cannot name it
+    return out
+
+
+def load_known_queries(path: str | Path) -> list[SqlExample]:
+    """Known queries from a JSON Lines file, one ``{"question": ..., "sql": ...}`` per line
+    (blank lines skipped).
+
+    Raises
+    ------
+    ConfigError
+        The file is missing, or a line is not such an object (its number is named).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"known queries file {file} does not exist")
+    out: list[SqlExample] = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{file}:{number} is not JSON: {exc.msg}") from exc
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(k), str) for k in ("question", "sql")
+        ):
+            raise ConfigError(f'{file}:{number} needs {{"question": "...", "sql": "..."}}')
+        out.append(SqlExample(item["question"], item["sql"]))
     return out
