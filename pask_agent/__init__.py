@@ -23,6 +23,7 @@ _EXPORTS = {
     "Usage": "pask_agent.runtime.results",
     "PaskChatModel": "pask_agent.integrations.langchain",
     "SQLiteAssistant": "pask_agent.integrations.sql",
+    "SqlExample": "pask_agent.integrations.sql_examples",
     "PolicyTable": "pask_agent.policy.table",
     "ToolSpec": "pask_agent.grammars.tool_spec",
     "load_model": "pask_agent.runtime.models",
@@ -36,6 +37,7 @@ __all__ = [
     "Runtime",
     "RuntimeConfig",
     "SQLiteAssistant",
+    "SqlExample",
     "ToolCall",
     "ToolSpec",
     "Usage",
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from pask_agent.grammars.tool_spec import ToolSpec
     from pask_agent.integrations.langchain import PaskChatModel
     from pask_agent.integrations.sql import SQLiteAssistant
+    from pask_agent.integrations.sql_examples import SqlExample
     from pask_agent.policy.table import PolicyTable
     from pask_agent.runtime.engine import RuntimeConfig
     from pask_agent.runtime.models import load_model
