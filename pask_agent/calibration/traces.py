@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError
+from pask_agent.jsonl import json_lines
 
 _REQUIRED = ("messages", "output", "output_token_ids", "model")
 
@@ -218,15 +219,8 @@ def iter_traces(path: str | os.PathLike[str]) -> Iterator[Trace]:
     p = Path(path)
     if not p.is_file():
         raise TraceError(f"no trace file at {p}")
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{p}:{n}: not JSON ({exc.msg} at char {exc.pos})") from exc
-            yield Trace.from_json(data, where=f"{p}:{n}")
+    for where, data in json_lines(p, TraceError):
+        yield Trace.from_json(data, where=where)
 
 
 def read_traces(path: str | os.PathLike[str], *, model: ModelId | None = None) -> list[Trace]:

@@ -18,7 +18,6 @@ deterministic and needs no model. Ties keep the pool's order.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections import Counter
@@ -32,6 +31,7 @@ from sqlglot import exp
 from pask_agent.errors import ConfigError
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample
+from pask_agent.jsonl import json_lines
 
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -153,16 +153,10 @@ def load_known_queries(path: str | Path) -> list[SqlExample]:
     if not file.is_file():
         raise ConfigError(f"known queries file {file} does not exist")
     out: list[SqlExample] = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{file}:{number} is not JSON: {exc.msg}") from exc
+    for where, item in json_lines(file, ConfigError):
         if not isinstance(item, dict) or not all(
             isinstance(item.get(k), str) for k in ("question", "sql")
         ):
-            raise ConfigError(f'{file}:{number} needs {{"question": "...", "sql": "..."}}')
+            raise ConfigError(f'{where} needs {{"question": "...", "sql": "..."}}')
         out.append(SqlExample(item["question"], item["sql"]))
     return out

@@ -188,7 +188,7 @@ def test_known_queries_file_is_read_and_bad_lines_are_named(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match=r"bad.jsonl:2 needs"):
         load_known_queries(bad)
     bad.write_text("not json\n")
-    with pytest.raises(ConfigError, match=r"bad.jsonl:1 is not JSON"):
+    with pytest.raises(ConfigError, match=r"bad.jsonl:1: not JSON"):
         load_known_queries(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_known_queries(tmp_path / "missing.jsonl")
