@@ -10,6 +10,8 @@ a small model's samples agree on the right rows more often than its greedy query
 ``examples=N`` shows the model N worked examples (question, query) that the assistant wrote
 from the database's own schema and data (``sql_examples.py``) before the question; off by
 default, since on the dev split they moved as many answers one way as the other.
+``known_queries`` are question/query pairs the user has checked; the ``shots`` nearest to
+each question are shown before it (``sql_known.py``).
 The grammar binds columns to tables where it can: a query over one table names only that
 table's columns, and ``table.col`` only that table's. When SQLite still refuses the query (a
 column on the wrong table is the usual slip of a small model: the grammar cannot tie
