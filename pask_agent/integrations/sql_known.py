@@ -14,6 +14,13 @@ Similarity is TF-IDF cosine over lower-cased words, with IDF taken over the pool
 words every known question shares ("how", "many", the database's main noun) weigh little and
 the words that tell questions apart (a column, a value, "average") weigh most. It is cheap,
 deterministic and needs no model. Ties keep the pool's order.
+
+Measured with the dev split as the pool (3 shots, k = 5): on the dev split itself (each
+question leaving itself out) Full KV answered 37 of 65 (32-34 in earlier runs without); on
+the test split 51.6 % against 52.6 % without (``results/sql_test_shots``): a pool of 16 dev
+questions per database holds few questions of a test question's shape, and the model copies
+a near question's join where it does not belong as readily as it copies a fitting one. A
+pool with questions of the same kind helps (``tests/integrations/test_sql_known.py``).
 """
 
 from __future__ import annotations
