@@ -28,7 +28,8 @@ EXPECTED = {
     "PaskChatModel(max_tokens=64).bind_tools": "46",
     "with_structured_output(City)": "name='Paris'",
     'rt.call(City, "Tell me about Kyoto.")': "Kyoto",
-    "SQLiteAssistant(": "SELECT",
+    'SQLiteAssistant("recipes/data/shop.sqlite", runtime=rt)': "SELECT",
+    "known_queries=known": "CASE WHEN",
     "RuntimeConfig(record_traces=str(path))": '"name": "get_weather"',
 }
 
