@@ -48,6 +48,7 @@ from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SqlAnswer, SQLiteAssistant
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample
+from pask_agent.integrations.sql_known import KnownQueries
 from pask_agent.integrations.sql_vote import result_digest, tally
 
 _ALL_ROWS = 1_000_000  # scoring compares whole results, not the assistant's row cap
@@ -180,16 +181,12 @@ def example_digests(assistant: SQLiteAssistant, examples: Sequence[SqlExample]) 
     )
 
 
-def known_pool(known: SqlQuestionSet | None, q: SqlQuestion) -> list[SqlExample]:
-    """The known queries for ``q``: the pool's questions on the same database, ``q`` itself
-    left out (so a split can serve as its own pool, one question out at a time)."""
+def known_pool(known: SqlQuestionSet | None, db: str) -> list[SqlExample]:
+    """The known queries for questions on ``db``: the pool's questions on that database with
+    their gold queries (``evaluate`` leaves each question's own pair out when it asks it)."""
     if known is None:
         return []
-    return [
-        SqlExample(_question_text(k), k.gold_sql)
-        for k in known.questions
-        if k.db == q.db and k.id != q.id
-    ]
+    return [SqlExample(_question_text(k), k.gold_sql) for k in known.questions if k.db == db]
 
 
 def score(
@@ -254,6 +251,7 @@ async def evaluate(
     records: list[SqlRecord] = []
     async with Runtime.open(model) as rt:
         assistants: dict[tuple[str, bool, bool, bool, int, int], SQLiteAssistant] = {}
+        pools: dict[tuple[str, bool, bool, bool, int, int], KnownQueries] = {}
         try:
             for cfg in configs:
                 for q in questions.questions:
@@ -272,8 +270,11 @@ async def evaluate(
                             examples=cfg.examples,
                             shots=cfg.shots,
                         )
+                        pools[key] = assistants[key].known(
+                            known_pool(known, q.db) if cfg.shots else []
+                        )  # checked (and rewritten) once per database
                     assistant = assistants[key]
-                    pool = assistant.known(known_pool(known, q) if cfg.shots else [])
+                    pool = pools[key].leaving_out(_question_text(q))
                     shown = example_digests(
                         assistant, assistant.shown_examples(_question_text(q), pool)
                     )

@@ -64,6 +64,12 @@ class KnownQueries:
         idf = {w: math.log((1 + n) / (1 + c)) + 1.0 for w, c in df.items()}
         return cls(tuple(examples), idf, tuple(_unit(d, idf) for d in docs), tuple(unshown))
 
+    def leaving_out(self, question: str) -> KnownQueries:
+        """The pool without the pairs for ``question`` (a benchmark's own questions serve as
+        each other's pool this way, checked once); IDF is recomputed on what is left."""
+        keep = [e for e in self.examples if e.question != question]
+        return KnownQueries.of(keep, [e for e in self.unshown if e.question != question])
+
     def nearest(self, question: str, count: int) -> tuple[SqlExample, ...]:
         """The ``count`` known pairs whose questions read most like ``question``, most alike
         last (nearest the question in the prompt, where a small model copies from)."""

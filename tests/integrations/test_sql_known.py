@@ -124,11 +124,14 @@ def test_bad_known_queries_are_refused_with_what_to_fix(shop: Path) -> None:
 def test_benchmark_pool_is_the_same_database_without_the_question() -> None:
     dev = load_sample_questions(split="dev")
     q = dev.questions[0]
-    pool = known_pool(dev, q)
+    pool = KnownQueries.of(known_pool(dev, q.db))
     same_db = [k for k in dev.questions if k.db == q.db]
-    assert len(pool) == len(same_db) - 1
-    assert q.question not in {e.question for e in pool}
-    assert known_pool(None, q) == []
+    assert len(pool.examples) == len(same_db)
+    left = pool.leaving_out(q.question)
+    assert len(left.examples) == len(same_db) - 1
+    assert q.question not in {e.question for e in left.examples}
+    assert q.question not in {e.question for e in left.nearest(q.question, 20)}
+    assert known_pool(None, q.db) == []
 
 
 def test_sql_eval_refuses_shots_without_a_pool(
