@@ -204,3 +204,18 @@ def test_cli_refuses_a_missing_known_queries_file_before_loading_a_model(
     args = ["sql", "--db", str(shop), "--question", "How many?", "--known", str(missing)]
     assert cli_main(args) != 0
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_benchmark_with_known_queries_runs_on_smollm2(tmp_path: Path) -> None:
+    """``sql_eval --known-queries dev`` on the dev split itself: the run records its shots in
+    the configuration and settings, and no question's own gold result is marked as shown."""
+    import json
+
+    argv = ["--split", "dev", "--limit", "2", "--model", "smollm2-135m", "--candidates", "1"]
+    argv += ["--known-queries", "dev", "--shots", "2", "--out", str(tmp_path / "out")]
+    assert sql_eval_main(argv) == 0
+    rows = [json.loads(x) for x in (tmp_path / "out" / "sql_eval.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["config"] == "full k=1 shots=2" for r in rows)
+    assert not any(r["example_match"] for r in rows)
+    report = json.loads((tmp_path / "out" / "sql_eval.json").read_text())
+    assert report["settings"]["known_queries"] == "dev" and report["settings"]["shots"] == 2
