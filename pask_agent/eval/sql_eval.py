@@ -325,6 +325,18 @@ def k_curve(records: Sequence[SqlRecord], ks: Sequence[int]) -> dict[int, float]
     }
 
 
+def vote_ceiling(records: Sequence[SqlRecord]) -> dict[str, Any]:
+    """Questions where at least one candidate is right: what a perfect choice among the same
+    candidates would score. No vote can beat it, so it tells whether an accuracy target is
+    out of reach of the candidates themselves rather than of the way they are chosen."""
+    ok = sum(r.correct or any(c.get("correct") for c in r.candidates) for r in records)
+    return {
+        "n": len(records),
+        "correct": ok,
+        "accuracy": round(ok / len(records), 4) if records else None,
+    }
+
+
 def revote(record: SqlRecord, k: int) -> SqlRecord:
     """The record as a run with only its first ``k`` candidates would have scored it: the same
     vote (``tally``) over fewer candidates. ``measured_b`` stays the whole run's worst
@@ -377,6 +389,7 @@ def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
                 "mean_measured_b": round(sum(r.measured_b for r in rs) / len(rs), 4),
                 "max_measured_b": max(r.measured_b for r in rs),
                 "k_curve": k_curve(rs, range(1, k + 1)),
+                "vote_ceiling": vote_ceiling(rs),
                 "seconds": round(sum(r.seconds for r in rs), 1),
             }
         )
@@ -491,7 +504,11 @@ def write_results(
     lines += ["", "Voting among the first k candidates (accuracy %):", ""]
     for s in summaries:
         curve = ", ".join(f"k={k}: {100 * v:.1f}" for k, v in s["k_curve"].items())
-        lines.append(f"- {s['config']}: {curve}")
+        c = s["vote_ceiling"]
+        lines.append(
+            f"- {s['config']}: {curve}; any candidate right (no vote can do better): "
+            f"{100 * c['accuracy']:.1f} ({c['correct']}/{c['n']})"
+        )
     report["paired_vs_baseline"] = []
     for base in baselines:
         pairs = paired_against(records, base)

@@ -29,6 +29,7 @@ from pask_agent.eval.sql_eval import (
     revote,
     same_candidates,
     summarize,
+    vote_ceiling,
     write_results,
 )
 from pask_agent.integrations.sql_db import QueryResult
@@ -72,6 +73,21 @@ def test_k_curve_revotes_the_first_k_candidates() -> None:
         record(2, "challenging", True, 0.3, [("e", True), ("f", False), ("g", False)]),
     ]
     assert k_curve(records, [1, 2, 3]) == {1: round(1 / 3, 4), 2: round(2 / 3, 4), 3: 1.0}
+
+
+def test_vote_ceiling_counts_questions_with_any_right_candidate() -> None:
+    records = [
+        # the vote chose wrong, but a runner-up was right: inside the ceiling
+        record(0, "simple", False, 0.3, [("a", False), ("a", False), ("b", True)]),
+        # no candidate right
+        record(1, "moderate", False, 0.3, [("c", False), (None, False)]),
+        # the vote chose right
+        record(2, "challenging", True, 0.3, [("e", True), ("f", False)]),
+    ]
+    assert vote_ceiling(records) == {"n": 3, "correct": 2, "accuracy": round(2 / 3, 4)}
+    (summary,) = summarize(records)
+    assert summary["vote_ceiling"]["correct"] == 2
+    assert summary["overall"]["correct"] == 1
 
 
 def test_revote_demotes_recorded_empty_results() -> None:
