@@ -37,8 +37,11 @@ def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]
                     f"{where}: the trace has a 'reference' but no 'ok'; calibration needs each "
                     "turn's outcome (record with `pask-agent traces record`, which scores it)"
                 )
-            if not trace.tools:
-                raise TraceError(f"{where}: a turn without tools has no structure to calibrate")
+            if not trace.tools and trace.sql_schema is None:
+                raise TraceError(
+                    f"{where}: a turn with neither tools nor sql_schema has no structure to "
+                    "calibrate"
+                )
             out.append((where, trace))
     return out
 

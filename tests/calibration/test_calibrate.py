@@ -310,3 +310,26 @@ def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
     for row in rows:
         assert row["proxy_flip"] == expected[(row["trace"], row["probe"])], row["probe"]
         assert row["proxy_flip_before"] is None
+
+
+def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_path) -> None:
+    """Traces that `pask-agent traces record --sql` writes calibrate with the tool-call ones:
+    the SQL prompts are replayed through the assistant's own grammar and measured, and their
+    tokens count in the table's support."""
+    from pask_agent.eval.trace_recording import record_sql_split
+
+    cal, dev = recorded
+    sql = tmp_path / "sql.jsonl"
+    traces = record_sql_split("dev", sql, model="smollm2-135m", limit=3, max_new_tokens=48)
+    assert len(traces) == 3 and all(t.sql_schema for t in traces)
+    config = CalibrationConfig(
+        traces=(cal, sql), dev=(dev, sql), out=tmp_path / "mixed.json", model="smollm2-135m",
+        budget=0.5, window=WINDOW, candidates_per_path=2, progress=False,
+    )  # fmt: skip
+    result = calibrate(config)
+    table = PolicyTable.read(result.table_path)
+    assert [t["n"] for t in table.calibration["traces"]] == [4, 3, 2, 3]  # type: ignore[index]
+    report = json.loads(result.report_path.read_text())
+    assert report["cal_traces"] == 7 and report["dev_traces"] == 5
+    # the SQL traces are development groups of their own (BIRD difficulty), weighted equally
+    assert {t.group for t in traces} <= set(report["dev_groups"])

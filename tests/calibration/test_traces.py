@@ -100,3 +100,27 @@ def test_group_comes_from_the_line_or_the_references_category() -> None:
     assert Trace.from_json(ref).group == "parallel"
     assert Trace.from_json({**ref, "group": "mine"}).group == "mine"
     assert Trace.from_json({**ref, "group": "mine"}).to_json()["group"] == "mine"
+
+
+def test_calibration_takes_sql_traces_and_refuses_turns_without_structure(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+
+    from pask_agent.calibration.inputs import load_traces
+
+    sql = Trace(
+        messages=({"role": "user", "content": "How many?"},),
+        output="SELECT COUNT(*) FROM t",
+        output_token_ids=(4, 5),
+        model=MODEL,
+        sql_schema="CREATE TABLE t (a INT);",
+        ok=True,
+    )
+    path = tmp_path / "t.jsonl"
+    write_traces(path, [_trace(0), sql])
+    assert [t for _, t in load_traces([path], MODEL)] == [_trace(0), sql]
+    bare = tmp_path / "bare.jsonl"
+    write_traces(bare, [replace(sql, sql_schema=None)])
+    with pytest.raises(TraceError, match=r"bare\.jsonl:1: .*neither tools nor sql_schema"):
+        load_traces([bare], MODEL)
