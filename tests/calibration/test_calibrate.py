@@ -316,12 +316,22 @@ def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_
     """Traces that `pask-agent traces record --sql` writes calibrate with the tool-call ones:
     the SQL prompts are replayed through the assistant's own grammar and measured, and their
     tokens count in the table's support."""
-    from pask_agent.eval.trace_recording import record_sql_split
+    from pask_agent.calibration.traces import write_traces
+    from pask_agent.eval.sql_data import SqlQuestionSet, load_sample_questions
+    from pask_agent.eval.trace_recording import record_sql
 
     cal, dev = recorded
-    sql = tmp_path / "sql.jsonl"
-    traces = record_sql_split("dev", sql, model="smollm2-135m", limit=3, max_new_tokens=48)
+    data = load_sample_questions(split="dev")
+    questions = SqlQuestionSet(data.questions[:3], data.databases)
+
+    async def main() -> list[Any]:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            return await record_sql(rt, questions, max_new_tokens=48)
+
+    traces = anyio.run(main)  # what `pask-agent traces record --sql` writes, on this model
     assert len(traces) == 3 and all(t.sql_schema for t in traces)
+    sql = tmp_path / "sql.jsonl"
+    write_traces(sql, traces)
     config = CalibrationConfig(
         traces=(cal, sql), dev=(dev, sql), out=tmp_path / "mixed.json", model="smollm2-135m",
         budget=0.5, window=WINDOW, candidates_per_path=2, progress=False,
