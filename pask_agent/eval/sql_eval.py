@@ -33,7 +33,7 @@ import re
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -329,12 +329,13 @@ def vote_ceiling(records: Sequence[SqlRecord]) -> dict[str, Any]:
     """Questions where at least one candidate is right: what a perfect choice among the same
     candidates would score. No vote can beat it, so it tells whether an accuracy target is
     out of reach of the candidates themselves rather than of the way they are chosen."""
-    ok = sum(r.correct or any(c.get("correct") for c in r.candidates) for r in records)
-    return {
-        "n": len(records),
-        "correct": ok,
-        "accuracy": round(ok / len(records), 4) if records else None,
-    }
+    return _accuracy(r.correct or any(c.get("correct") for c in r.candidates) for r in records)
+
+
+def _accuracy(hits: Iterable[bool]) -> dict[str, Any]:
+    hits = list(hits)
+    ok = sum(hits)
+    return {"n": len(hits), "correct": ok, "accuracy": round(ok / len(hits), 4) if hits else None}
 
 
 def revote(record: SqlRecord, k: int) -> SqlRecord:
@@ -364,8 +365,7 @@ def summarize(records: Sequence[SqlRecord]) -> list[dict[str, Any]]:
         by_config[r.config].append(r)
 
     def acc(rs: list[SqlRecord]) -> dict[str, Any]:
-        ok = sum(r.correct for r in rs)
-        return {"n": len(rs), "correct": ok, "accuracy": round(ok / len(rs), 4) if rs else None}
+        return _accuracy(r.correct for r in rs)
 
     out = []
     for name, rs in by_config.items():
