@@ -18,15 +18,15 @@ _EXPORTS = {
     "Runtime": "pask_agent.runtime.runtime",
     "RuntimeConfig": "pask_agent.runtime.engine",
     "Conversation": "pask_agent.runtime.runtime",
-    "ToolCall": "pask_agent.runtime.results",
-    "ChatResult": "pask_agent.runtime.results",
-    "Usage": "pask_agent.runtime.results",
+    "ToolCall": "pask_agent.runtime.turns.results",
+    "ChatResult": "pask_agent.runtime.turns.results",
+    "Usage": "pask_agent.runtime.turns.results",
     "PaskChatModel": "pask_agent.integrations.langchain",
     "SQLiteAssistant": "pask_agent.integrations.sql",
     "SqlExample": "pask_agent.integrations.sql_examples",
     "PolicyTable": "pask_agent.policy.table",
     "ToolSpec": "pask_agent.grammars.tool_spec",
-    "load_model": "pask_agent.runtime.models",
+    "load_model": "pask_agent.runtime.models.loading",
 }
 
 __all__ = [
@@ -51,10 +51,10 @@ if TYPE_CHECKING:
     from pask_agent.integrations.sql import SQLiteAssistant
     from pask_agent.integrations.sql_examples import SqlExample
     from pask_agent.policy.table import PolicyTable
-    from pask_agent.runtime.engine import RuntimeConfig
-    from pask_agent.runtime.models import load_model
-    from pask_agent.runtime.results import ChatResult, ToolCall, Usage
+    from pask_agent.runtime.config import RuntimeConfig
+    from pask_agent.runtime.models.loading import load_model
     from pask_agent.runtime.runtime import Conversation, Runtime
+    from pask_agent.runtime.turns.results import ChatResult, ToolCall, Usage
 
 
 def __getattr__(name: str) -> Any:

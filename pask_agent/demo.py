@@ -8,7 +8,7 @@ import time
 import anyio
 from pydantic import BaseModel
 
-from pask_agent.runtime.models import load_model
+from pask_agent.runtime.models.loading import load_model
 from pask_agent.runtime.runtime import Runtime
 
 

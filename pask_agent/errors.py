@@ -62,7 +62,7 @@ class ConfigError(PaskError):
 
 class RequestTooLargeError(ConfigError):
     """A request can never run as asked: its prompt plus ``max_new_tokens`` exceed the model's
-    context, or its KV demand (what its policy keeps: ``runtime/admission.py``) exceeds
+    context, or its KV demand (what its policy keeps: ``runtime/memory/admission.py``) exceeds
     ``RuntimeConfig.kv_capacity_bytes``.
 
     Raised when the request is made, before it queues: admission waits for room only when the

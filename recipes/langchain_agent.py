@@ -120,7 +120,7 @@ def _show(message: BaseMessage) -> None:
 
 def write_steps(out: Path, turns: list[list[BaseMessage]], budget: float | None) -> None:
     """Each assistant step of each turn as a row of ``<out>.json`` and ``<out>.md``."""
-    from pask_agent.eval.provenance import provenance
+    from pask_agent.record.provenance import provenance
 
     rows = []
     for t, turn in enumerate(turns, 1):

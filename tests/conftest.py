@@ -33,13 +33,13 @@ def tiny_model():
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.models.loading import load_model
 
     return load_model("smollm2-135m")
 
 
 @pytest.fixture(scope="session")
 def default_model():
-    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.models.loading import load_model
 
     return load_model("default")

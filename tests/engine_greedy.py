@@ -12,16 +12,12 @@ from typing import Any
 
 from pask_agent.policy.actions import Action
 from pask_agent.policy.uniform import UniformPolicy
-from pask_agent.runtime.engine import (
-    Engine,
-    Failed,
-    Finished,
-    Request,
-    RuntimeConfig,
-    SamplingParams,
-)
-from pask_agent.runtime.models import LoadedModel
-from pask_agent.runtime.outputs import TEXT
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.models.loading import LoadedModel
+from pask_agent.runtime.requests import Failed, Request, SamplingParams
+from pask_agent.runtime.turns.outputs import TEXT
+from pask_agent.runtime.turns.results import Finished
 
 
 def tiny_loaded(model: Any, tokenizer: Any) -> LoadedModel:

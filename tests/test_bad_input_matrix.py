@@ -37,8 +37,8 @@ from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.policy.default_table import build_default_table
 from pask_agent.policy.table import PolicyTable
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.runtime import Runtime
 
 CONTEXT = 32768  # the default model's max_position_embeddings

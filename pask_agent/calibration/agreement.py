@@ -28,10 +28,10 @@ import anyio
 
 from pask_agent.calibration.buckets import DecodeKeys
 from pask_agent.calibration.replay import TraceReplayer
-from pask_agent.calibration.traces import Trace
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
+from pask_agent.record.traces import Trace
 
 _HIGH: Actions = (Action.H, Action.H, Action.H)
 
@@ -131,7 +131,7 @@ def choose_pairs(
 async def _decode_all(
     model: str, chosen: list[tuple[str, Probe, bool]], by_where: dict[str, Trace], keys: DecodeKeys
 ) -> list[str]:
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     outputs = [""] * len(chosen)
@@ -165,8 +165,8 @@ async def _decode_all(
 
 def main(argv: list[str] | None = None) -> int:
     from pask_agent.calibration.inputs import load_traces, model_identity, model_vocab_size
-    from pask_agent.eval.provenance import provenance
-    from pask_agent.runtime.models import load_tokenizer
+    from pask_agent.record.provenance import provenance
+    from pask_agent.runtime.models.loading import load_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", type=Path, required=True, help="the calibration traces")
@@ -220,7 +220,7 @@ def rescore(
     missing = sorted({p["trace"] for p in pairs} - set(by_where))
     if missing:
         raise ConfigError(f"{earlier}: pairs name traces not in --traces: {missing[:3]}")
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
 
     served = RuntimeConfig()  # the protection and continue-calls rule the pairs were decoded with
     spec = WorkerSpec(model, "bfloat16", served.sinks, served.window, served.continue_calls_at)

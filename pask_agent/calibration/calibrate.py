@@ -58,12 +58,12 @@ from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
 from pask_agent.calibration.report import write_report
 from pask_agent.calibration.runner import TaskRunner
 from pask_agent.calibration.table_build import assemble_table, mismatch_report
-from pask_agent.calibration.traces import Trace
 from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
+from pask_agent.record.traces import Trace
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         # each other made a replay 20x slower (measured: 22 s vs 1.1 s for one trace's prompt).
         threads=_threads_per_worker(config.workers),
     )
-    from pask_agent.runtime.models import load_tokenizer
+    from pask_agent.runtime.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(config.model)
     replayer = TraceReplayer(tokenizer, model_vocab_size(config.model, tokenizer))
@@ -499,7 +499,7 @@ def _sensitivity_json(s: Sensitivity, names: Sequence[str]) -> list[dict[str, An
 
 
 def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
-    from pask_agent.eval.provenance import provenance
+    from pask_agent.record.provenance import provenance
 
     prov = provenance()
     return {

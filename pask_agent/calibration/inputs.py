@@ -9,21 +9,16 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-from pask_agent.calibration.traces import ModelId, Trace, TraceError, read_traces
+from pask_agent.record.traces import ModelId, Trace, TraceError, read_traces
 
 
 def model_identity(name: str) -> ModelId:
     """The identity traces must carry, without loading weights for a bundled model."""
-    from pask_agent.runtime.models import ALIASES, BUNDLED, resolve_model_dir
+    from pask_agent.runtime.models.loading import model_identity as identity
 
-    bundled = BUNDLED.get(ALIASES.get(name, name))
-    if bundled is not None and bundled.sha256:
-        return ModelId(bundled.name, bundled.sha256)
-
-    return ModelId.of(SimpleNamespace(name=name, path=resolve_model_dir(name)))
+    return identity(name)
 
 
 def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
@@ -99,7 +94,7 @@ class Checkpoint:
 
 
 def model_vocab_size(model: str, tokenizer: Any) -> int:
-    from pask_agent.runtime.models import resolve_model_dir
+    from pask_agent.runtime.models.loading import resolve_model_dir
 
     cfg = json.loads((resolve_model_dir(model) / "config.json").read_text())
     return int(cfg.get("vocab_size") or len(tokenizer))

@@ -2,7 +2,7 @@
 and what the grammar allowed at every decision.
 
 Calibration never decodes. It replays what the model wrote under Full KV through the same
-prompt renderer, grammar and tagger the server uses (``runtime/prompting.py``), so every
+prompt renderer, grammar and tagger the server uses (``runtime/turns/prompting.py``), so every
 output token gets the tag the online controller would have given it and every decision
 position gets the legal-token mask that constrained its argmax.
 """
@@ -17,11 +17,11 @@ import numpy as np
 import torch
 import xgrammar as xgr
 
-from pask_agent.calibration.traces import Trace, TraceError
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.runtime.outputs import OutputCompiler
-from pask_agent.runtime.prompting import prepare_turn
+from pask_agent.record.traces import Trace, TraceError
+from pask_agent.runtime.turns.outputs import OutputCompiler
+from pask_agent.runtime.turns.prompting import prepare_turn
 
 _LABEL_INDEX = {label: i for i, label in enumerate(SPAN_LABELS)}
 

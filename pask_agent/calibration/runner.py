@@ -85,7 +85,7 @@ class TaskRunner:
 
     def dims(self) -> tuple[int, int, int]:
         """``(layers, kv heads, head dim)`` from the model's config (no weights needed)."""
-        from pask_agent.runtime.models import resolve_model_dir
+        from pask_agent.runtime.models.loading import resolve_model_dir
 
         cfg = json.loads((resolve_model_dir(self.spec.model) / "config.json").read_text())
         heads = int(cfg["num_attention_heads"])

@@ -58,7 +58,7 @@ def assemble_table(
     config: CalibrationConfig,
     record: dict[str, Any],
 ) -> PolicyTable:
-    from pask_agent.runtime.models import ALIASES, BUNDLED
+    from pask_agent.runtime.models.loading import ALIASES, BUNDLED
 
     bundled = BUNDLED.get(ALIASES.get(model_name, model_name))
     layers, kv_heads, head_dim = dims

@@ -69,7 +69,7 @@ class ModelParts:
     head_dim: int
     groups: LayerGroups
     dtype: torch.dtype
-    # [layers, Hkv, D]: what the store centers INT4-stored keys on (runtime/key_offsets.py);
+    # [layers, Hkv, D]: what the store centers INT4-stored keys on (runtime/models/key_offsets.py);
     # None: keys quantized as they are
     key_offsets: torch.Tensor | None = None
 

@@ -23,9 +23,9 @@ from pask_agent.calibration.measure import (
 )
 from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.calibration.teacher import ModelParts, TraceContext
-from pask_agent.calibration.traces import Trace
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.planner import PrefillPlanner
+from pask_agent.record.traces import Trace
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -58,7 +58,7 @@ class ReplayWorker:
 
     def __init__(self, spec: WorkerSpec) -> None:
         from pask_agent.runtime.logit_masks import LogitMasks
-        from pask_agent.runtime.models import load_model
+        from pask_agent.runtime.models.loading import load_model
 
         if spec.threads:
             torch.set_num_threads(spec.threads)

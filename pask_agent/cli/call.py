@@ -35,8 +35,8 @@ def _read_json(path: str) -> Any:
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     import jsonschema
 
-    from pask_agent.runtime.outputs import schema_prompt
     from pask_agent.runtime.runtime import Runtime
+    from pask_agent.runtime.turns.outputs import schema_prompt
 
     async with Runtime.open(args.model, policy=args.policy, budget=args.budget) as rt:
         kw = dict(max_new_tokens=args.max_new_tokens)

@@ -78,7 +78,7 @@ def bfcl_census(
     from pask_agent.eval.bfcl import ground_truth_text, load_bfcl
     from pask_agent.grammars.census import tag_census
     from pask_agent.policy.actions import LayerGroups
-    from pask_agent.runtime.models import load_tokenizer, resolve_model_dir
+    from pask_agent.runtime.models.loading import load_tokenizer, resolve_model_dir
 
     config = json.loads((resolve_model_dir(model) / "config.json").read_text(encoding="utf-8"))
     groups = LayerGroups.for_layers(int(config["num_hidden_layers"]))

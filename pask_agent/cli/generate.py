@@ -36,9 +36,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pask_agent.policy.uniform import UniformPolicy
-    from pask_agent.runtime.engine import Engine, Failed, Request, RuntimeConfig, SamplingParams
-    from pask_agent.runtime.models import load_model
-    from pask_agent.runtime.outputs import TEXT
+    from pask_agent.runtime.config import RuntimeConfig
+    from pask_agent.runtime.engine import Engine
+    from pask_agent.runtime.models.loading import load_model
+    from pask_agent.runtime.requests import Failed, Request, SamplingParams
+    from pask_agent.runtime.turns.outputs import TEXT
 
     if args.int4_after is not None:
         action, window = Action.L, args.int4_after

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from pask_agent.policy import get_policy
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.server import ServerSettings, create_app
 
     get_policy(args.policy)

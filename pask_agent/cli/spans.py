@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from pask_agent.grammars.prompt import render_tool_prompt
     from pask_agent.grammars.span_labels import label_prompt_tokens
     from pask_agent.grammars.tool_spec import load_tool_specs
-    from pask_agent.runtime.models import load_tokenizer
+    from pask_agent.runtime.models.loading import load_tokenizer
 
     tools = load_tool_specs(args.tools)
     tokenizer = load_tokenizer(args.model)

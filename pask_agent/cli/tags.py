@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from pask_agent.grammars.json.tagger import FunctionCallTagger
     from pask_agent.grammars.token_text import token_texts
     from pask_agent.grammars.tool_spec import load_tool_specs
-    from pask_agent.runtime.mixed_output import split_output
-    from pask_agent.runtime.models import load_tokenizer
+    from pask_agent.runtime.models.loading import load_tokenizer
+    from pask_agent.runtime.turns.mixed_output import split_output
 
     tools = load_tool_specs(args.tools)
     parallel = args.parallel

@@ -17,7 +17,7 @@ What a row measures (one row per policy × prompt size × concurrency):
   its memory decodes per second (``--schedule prefill_first`` prefills every queued prompt
   before decoding starts, so every decode step is full until the requests end).
 * ``admitted_max``: the most requests running at once: under ``kv_capacity_bytes`` the
-  engine admits what the policies' demands fit (``runtime/admission.py``); ``fits_at_once``:
+  engine admits what the policies' demands fit (``runtime/memory/admission.py``); ``fits_at_once``:
   how many requests of this demand the capacity admits at once, however many are queued.
 * ``peak_kv_bytes``: the store's high-water mark of live payload inside the steps;
   ``allocated_kv_bytes``: the preallocated pools; ``rss_peak_bytes``: the process's resident
@@ -44,18 +44,19 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ConfigError
-from pask_agent.eval.provenance import provenance
 from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy import pask  # noqa: F401 - registers the policies
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.registry import get_policy
-from pask_agent.runtime.admission import requests_that_fit
-from pask_agent.runtime.cpu_linear import step_weight_bytes
-from pask_agent.runtime.engine import Engine, Failed, Finished, Request, RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_model
-from pask_agent.runtime.requests import SCHEDULES, SamplingParams
-from pask_agent.runtime.results import Delta
+from pask_agent.record.provenance import provenance
+from pask_agent.runtime.config import SCHEDULES, RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.memory.admission import requests_that_fit
+from pask_agent.runtime.models.cpu_linear import step_weight_bytes
+from pask_agent.runtime.models.loading import LoadedModel, load_model
+from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import Delta, Finished
 
 FILLER = (
     "The agent reads a long tool catalogue before it answers. Each tool has a name, a "

@@ -37,8 +37,8 @@ from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check_result
 from pask_agent.eval.paired import PairedComparison, compare_paired, paired_table
 from pask_agent.eval.plots import plot_accuracy_vs_budget
-from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
+from pask_agent.record.provenance import provenance
 
 
 def load_split(
@@ -359,7 +359,7 @@ async def evaluate(
 
     ``traces_out`` writes the Full-KV run's cases as calibration traces (in case order)."""
     from pask_agent.policy.registry import get_policy
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     for p in policies:
@@ -385,7 +385,7 @@ async def evaluate(
                 rt, cases, policy, budget, max_new_tokens=max_new_tokens, traces=traces
             )
             if traces is not None and traces_out is not None:
-                from pask_agent.calibration.traces import write_traces
+                from pask_agent.record.traces import write_traces
 
                 order = {c.id: i for i, c in enumerate(cases)}
                 write_traces(traces_out, sorted(traces, key=lambda t: order[t.id]))

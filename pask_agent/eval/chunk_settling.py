@@ -29,8 +29,8 @@ from pask_agent.eval.bfcl_eval import load_split, run_config, summarize
 async def compare(
     chunks: list[int], *, per_category: int, split: str, model: str, budget: float
 ) -> dict[str, Any]:
-    from pask_agent.runtime.engine import RuntimeConfig
-    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.config import RuntimeConfig
+    from pask_agent.runtime.models.loading import load_model
     from pask_agent.runtime.runtime import Runtime
 
     cases = load_split(split, per_category)

@@ -30,12 +30,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from pask_agent.eval.provenance import provenance
 from pask_agent.kernels import cpu_attention, decode_attention
 from pask_agent.kernels.attention import PoolView, mixed_attention_cpu, mixed_attention_ref
 from pask_agent.kernels.int4 import quantize_int4_ref
-from pask_agent.runtime.cpu_linear import OneDNNLinear
-from pask_agent.runtime.host_memory import retain_freed_host_memory
+from pask_agent.record.provenance import provenance
+from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
+from pask_agent.runtime.models.cpu_linear import OneDNNLinear
 
 # (name, sequences, BF16 rows each, INT4 rows each): the bench's decode steps
 ATTENTION_CASES = (
@@ -47,7 +47,7 @@ ATTENTION_CASES = (
 
 SCRATCH_PROBE = """
 import sys, time, torch
-from pask_agent.runtime.host_memory import retain_freed_host_memory
+from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
 if sys.argv[1] == "retain":
     retain_freed_host_memory()
 codes = torch.randint(0, 256, (2, 11, 3740, 32), dtype=torch.uint8).view(torch.int8)
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from transformers import AutoConfig
 
-    from pask_agent.runtime.models import resolve_model_dir
+    from pask_agent.runtime.models.loading import resolve_model_dir
 
     config = AutoConfig.from_pretrained(resolve_model_dir(args.model))
     retain_freed_host_memory()  # as the runtime does before it serves

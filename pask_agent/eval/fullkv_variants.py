@@ -47,7 +47,7 @@ from pask_agent.eval.bfcl_eval import (
     run_config,
     summarize,
 )
-from pask_agent.eval.provenance import provenance
+from pask_agent.record.provenance import provenance
 
 SEVERAL = (
     "You are a helpful assistant. A request may need several function calls: make one call "
@@ -115,7 +115,7 @@ def wrapped_output(fmt: str, rt: Any) -> Callable[[BfclCase], tuple[Any, Any]] |
         return None
     from pask_agent.grammars.compiler import make_compiler
     from pask_agent.grammars.json.tool_grammar import tool_call_ebnf
-    from pask_agent.runtime.constraint import OutputSpec
+    from pask_agent.runtime.turns.constraint import OutputSpec
 
     tok = rt.tokenizer
     compiler = make_compiler(tok, rt.engine.vocab_size, allow=("<tool_call>", "</tool_call>"))
@@ -154,7 +154,7 @@ def parse_wrapped(text: str) -> list[dict[str, Any]]:
 async def run_variant(
     variant: Variant, cases: Sequence[BfclCase], *, model: str, max_new_tokens: int
 ) -> tuple[list[CaseResult], ConfigSummary]:
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     config = RuntimeConfig(max_batch=max(16, len(cases)), continue_calls_at=variant.tau)

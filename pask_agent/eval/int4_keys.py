@@ -5,7 +5,7 @@ the SQL assistant's prompts, lets the unmodified model write its greedy answer o
 cache (the reference), then replays that answer teacher-forced over the same prompt cache
 stored five ways: BF16 (what Full KV stores), K and V in INT4, only K in INT4, only V in INT4,
 and K and V in INT4 with the keys centered on the model's key offsets
-(``runtime/key_offsets.py``). The first ``sinks`` tokens are never quantized (the store
+(``runtime/models/key_offsets.py``). The first ``sinks`` tokens are never quantized (the store
 holds them in BF16; here they stay exact in the INT4 storages).
 
 Per storage it reports the answer's negative log-likelihood beyond BF16's (nats, summed over
@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
-from pask_agent.eval.provenance import provenance
 from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
+from pask_agent.record.provenance import provenance
 
 STORAGES = ("bf16", "int4", "int4_keys", "int4_values", "int4_centered")
 
@@ -67,7 +67,7 @@ def score_question(
     """Per storage: the reference answer's NLL, argmax tokens kept, and whether none flipped."""
     from transformers import DynamicCache
 
-    from pask_agent.runtime.seam import stock_attention
+    from pask_agent.runtime.models.seam import stock_attention
 
     n = ids.shape[1]
     with stock_attention(model), torch.no_grad():
@@ -101,7 +101,7 @@ def run(
 ) -> dict[str, Any]:
     from pask_agent.eval.sql_data import load_sample_questions
     from pask_agent.integrations.sql import SQLiteAssistant
-    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.models.loading import load_model
 
     loaded = load_model("default")
     model, tok = loaded.model, loaded.tokenizer

@@ -43,10 +43,10 @@ import anyio
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result, ground_truth_calls
 from pask_agent.eval.paired import compare_paired, paired_table
-from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import cases_in
 from pask_agent.grammars.span_labels import label_prompt_spans
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
+from pask_agent.record.provenance import provenance
 
 CATEGORIES = ("simple_python", "multiple")
 CONFIGS = ("full", "pask", "pask_plain")
@@ -308,7 +308,7 @@ async def evaluate(
     log: Any = print,
     pask: Any = "pask",
 ) -> dict[str, dict[str, Any]]:
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     unknown = set(configs) - set(CONFIGS)

@@ -58,8 +58,8 @@ def many_tools(n: int) -> list[dict[str, Any]]:
 async def measure(
     model: str, policies: list[str], budget: float, n_tools: int, chunk: int
 ) -> list[dict[str, Any]]:
-    from pask_agent.runtime.engine import RuntimeConfig
-    from pask_agent.runtime.models import load_model
+    from pask_agent.runtime.config import RuntimeConfig
+    from pask_agent.runtime.models.loading import load_model
     from pask_agent.runtime.runtime import Runtime
 
     loaded = await anyio.to_thread.run_sync(load_model, model)

@@ -50,10 +50,10 @@ from pask_agent.eval.soak_workload import (
 )
 from pask_agent.eval.sql_data import load_sample_questions
 from pask_agent.integrations.sql import SQLiteAssistant
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_model
-from pask_agent.runtime.results import ChatResult, Delta
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_model
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import ChatResult, Delta
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pask_agent.eval.soak_workload import KINDS, SoakConfig
 
 if TYPE_CHECKING:
     from pask_agent.eval.soak import Outcome
-    from pask_agent.runtime.models import LoadedModel
+    from pask_agent.runtime.models.loading import LoadedModel
 
 
 def build_report(

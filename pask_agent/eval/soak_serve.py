@@ -45,8 +45,8 @@ from pask_agent.eval.soak_report import build_report
 from pask_agent.eval.soak_workload import STRUCTURED, TOOLS, Planned, SoakConfig, plan, warm_up_plan
 from pask_agent.eval.sql_data import load_sample_questions
 from pask_agent.integrations.sql import SQLiteAssistant
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_model
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_model
 from pask_agent.runtime.runtime import Runtime
 from pask_agent.server import ServerSettings, create_app
 from pask_agent.server.loopback import LoopbackServer

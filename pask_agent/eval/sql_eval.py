@@ -457,7 +457,7 @@ def write_results(
     in ``baselines`` is paired with every configuration, by question id."""
     from pask_agent.eval.paired import paired_table
     from pask_agent.eval.plots import plot_accuracy_vs_budget
-    from pask_agent.eval.provenance import provenance
+    from pask_agent.record.provenance import provenance
 
     out.mkdir(parents=True, exist_ok=True)
     summaries = summarize(records)

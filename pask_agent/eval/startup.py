@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from pask_agent.eval.provenance import provenance
+from pask_agent.record.provenance import provenance
 
 _POLL_S = 0.05
 
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         label, _, folder = item.partition("=")
         sources[label] = Path(folder).resolve()
 
-    from pask_agent.runtime.models import resolve_model_dir
+    from pask_agent.runtime.models.loading import resolve_model_dir
 
     resolve_model_dir(args.model)  # build the cache now, outside the timing
     serve_args = ["--model", args.model, "--policy", args.policy, "--log-level", "warning"]

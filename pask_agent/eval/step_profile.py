@@ -22,14 +22,16 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from pask_agent.eval.provenance import provenance
 from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy import pask  # noqa: F401 - registers the policies
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.registry import get_policy
-from pask_agent.runtime.engine import Engine, Request, RuntimeConfig, SamplingParams
-from pask_agent.runtime.models import load_model
-from pask_agent.runtime.outputs import TEXT
+from pask_agent.record.provenance import provenance
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.models.loading import load_model
+from pask_agent.runtime.requests import Request, SamplingParams
+from pask_agent.runtime.turns.outputs import TEXT
 
 PHASES = {
     "store.begin_step": "store bookkeeping: place new tokens, build slot views",

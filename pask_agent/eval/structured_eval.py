@@ -40,10 +40,10 @@ from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result
 from pask_agent.eval.bfcl_eval import CaseResult, ConfigSummary, summarize
 from pask_agent.eval.bfcl_eval import write_results as bfcl_write_results
-from pask_agent.eval.provenance import provenance
 from pask_agent.eval.splits import PARTITIONS, cases_in
 from pask_agent.eval.tag_buckets import BucketSummary, bucket_summary, bucket_table, buckets_of
 from pask_agent.grammars.tool_spec import ToolSpec
+from pask_agent.record.provenance import provenance
 
 CATEGORIES: tuple[str, ...] = ("simple_python", "multiple")
 
@@ -231,7 +231,7 @@ async def evaluate(
         An unknown policy name, a budget outside ``(0, 1]``, or no policy.
     """
     from pask_agent.policy.registry import get_policy
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     if not policies:

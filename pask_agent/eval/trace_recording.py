@@ -14,11 +14,11 @@ from typing import Any
 
 import anyio
 
-from pask_agent.calibration.traces import Trace, messages_json, write_traces
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check
 from pask_agent.eval.splits import cases_in
 from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
+from pask_agent.record.traces import Trace, messages_json, write_traces
 
 ALIASES = {"simple": "simple_python"}
 
@@ -96,7 +96,7 @@ def record_bfcl(
 
 def _record_and_write(model: str, requests: int, record: Any, out: Path) -> list[Trace]:
     """Open a Full-KV runtime sized for ``requests`` at once, ``await record(rt)``, write."""
-    from pask_agent.runtime.engine import RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     async def main() -> list[Trace]:

@@ -23,7 +23,7 @@ from langchain_core.messages import (
 )
 
 from pask_agent.errors import ConfigError
-from pask_agent.runtime.results import ChatResult
+from pask_agent.runtime.turns.results import ChatResult
 
 # Content blocks that carry no text for the model: tool-use blocks are repeated in
 # ``AIMessage.tool_calls``; reasoning blocks from other providers are not shown to ours.

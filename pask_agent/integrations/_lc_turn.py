@@ -29,12 +29,12 @@ from pask_agent.integrations._lc_messages import (
     usage_metadata,
 )
 from pask_agent.integrations._portal import RuntimeHost
-from pask_agent.runtime.constraint import OutputSpec
-from pask_agent.runtime.mixed_output import OutputSplitter
-from pask_agent.runtime.outputs import schema_prompt
-from pask_agent.runtime.results import ChatResult, Delta, ToolCall
 from pask_agent.runtime.runtime import Conversation, Runtime
-from pask_agent.runtime.stops import stop_holdback
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.mixed_output import OutputSplitter
+from pask_agent.runtime.turns.outputs import schema_prompt
+from pask_agent.runtime.turns.results import ChatResult, Delta, ToolCall
+from pask_agent.runtime.turns.stops import stop_holdback
 
 # Errors that a retry cannot fix: the request itself is wrong.
 _NOT_RETRYABLE = (ConfigError, SchemaError, ToolChoiceError)
@@ -264,7 +264,7 @@ class _ChunkBuilder:
     tool calls, held until parsed and sent whole in the last chunk.
 
     Under ``tool_choice="auto"`` an answer is text, calls, or text and then calls from a new
-    line (``runtime/mixed_output.py``). An answer that opens like a wrapped call
+    line (``runtime/turns/mixed_output.py``). An answer that opens like a wrapped call
     (``_WRAPPED_CALL_OPENINGS``) is held whole, to be salvaged as a call at the end.
     """
 

@@ -105,7 +105,7 @@ class PaskChatModel(BaseChatModel):
         System line appended after trailing tool results in ``"auto"`` mode (``None``: off).
     record_traces
         A JSONL file that every finished turn is appended to as a calibration trace (see
-        ``pask_agent.calibration.traces``), so an agent's real runs can calibrate its table.
+        ``pask_agent.record.traces``), so an agent's real runs can calibrate its table.
     temperature, max_tokens, stop, timeout, max_retries
         Sampling temperature (0 = greedy); new-token cap (256 when ``None``); stop strings
         (cut client-side and the request cancelled); seconds per turn; retries of a turn that

@@ -54,8 +54,8 @@ from pask_agent.integrations.sql_known import (
 )
 from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
 from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
-from pask_agent.runtime.results import Usage
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import Usage
 
 INSTRUCTIONS = (
     "You are a SQLite expert. Answer each question about the database below with one SQLite "

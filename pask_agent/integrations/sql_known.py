@@ -38,7 +38,7 @@ from sqlglot import exp
 from pask_agent.errors import ConfigError
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample
-from pask_agent.jsonl import json_lines
+from pask_agent.record.jsonl import json_lines
 
 _WORD = re.compile(r"[a-z0-9]+")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pask_agent.integrations.sql_db import QueryResult
-from pask_agent.runtime.results import Usage
+from pask_agent.runtime.turns.results import Usage
 
 _FLOAT_DECIMALS = 6
 

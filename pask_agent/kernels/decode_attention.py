@@ -32,7 +32,7 @@ SMALL_QUERIES = 8
 BATCH_ROWS = 1 << 15
 """At most this many padded pool rows (sequences × longest history) per batch; a larger step
 is split, which keeps each fp32 scratch tensor at 16 MiB for 2 KV heads of 64: under glibc's
-largest mmap threshold, so its pages are reused (``runtime/host_memory.py``)."""
+largest mmap threshold, so its pages are reused (``runtime/memory/host_memory.py``)."""
 
 PAD_POSITION = torch.iinfo(torch.int64).max
 

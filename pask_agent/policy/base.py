@@ -96,7 +96,7 @@ class DecodeDemand:
     row_shares:
         ``(high, low)``: per layer group, the share of generated tokens that end in a BF16
         row and in an INT4 row, when the session knows them; None: ``B_D`` high and the
-        rest INT4 (admission's conservative split, ``runtime/admission.py``).
+        rest INT4 (admission's conservative split, ``runtime/memory/admission.py``).
     """
 
     bytes_per_token: Fraction
@@ -116,7 +116,7 @@ class PolicySession(Protocol):
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions: ...
 
-    # Optional: what generated tokens keep, for admission (runtime/admission.py); a session
+    # Optional: what generated tokens keep, for admission (runtime/memory/admission.py); a session
     # without it is reserved at Full KV.
     # def decode_demand(self, costs: PayloadCosts) -> DecodeDemand: ...
 
@@ -131,7 +131,7 @@ class Policy:
     revises: ClassVar[bool] = False  # its session has revise(view) -> Sequence[Demotion]
     observation_tokens: ClassVar[int] = 0  # last prompt tokens run as their own chunk (SnapKV)
     # May store a token INT4 (``L``): the store then keeps this policy's keys centered
-    # (``runtime/key_offsets.py``) so INT4 rows are not scaled by a shared channel offset.
+    # (``runtime/models/key_offsets.py``) so INT4 rows are not scaled by a shared channel offset.
     stores_int4: ClassVar[bool] = False
 
     def start(self, env: PolicyEnv) -> PolicySession:

@@ -1,10 +1,11 @@
-"""Serving: offline model loading, the mixed-precision KV store, the transformers seam and the
-async runtime (``Runtime.open(...)``, ``await rt.call(...)``, ``await rt.chat(...)``)."""
+"""Serving: the async ``Runtime`` and its engine at the top; ``memory/`` (the KV store), ``models/``
+(loading and the transformers seam) and ``turns/`` (one request's input and output) below it.
+Imports policy/, grammars/, kernels/, record/ and errors; never calibration/, eval/ or above."""
 
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_model, load_tokenizer
-from pask_agent.runtime.results import ChatResult, Delta, ToolCall, Usage
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_model, load_tokenizer
 from pask_agent.runtime.runtime import Conversation, Runtime
+from pask_agent.runtime.turns.results import ChatResult, Delta, ToolCall, Usage
 
 __all__ = [
     "ChatResult",

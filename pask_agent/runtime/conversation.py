@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.span_labels import CharSpan
 from pask_agent.policy.base import Policy
-from pask_agent.runtime.constraint import OutputSpec
 from pask_agent.runtime.requests import SequenceState
+from pask_agent.runtime.turns.constraint import OutputSpec
 
 if TYPE_CHECKING:
     from pask_agent.runtime.runtime import Runtime

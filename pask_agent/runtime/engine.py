@@ -3,7 +3,7 @@
 ``Engine.step()`` is the whole decode loop body and reads in one sitting:
 
 1. admit queued requests while what their policies will keep fits the preallocated pools
-   (``runtime/admission.py``: rows per pool; an empty store is re-split to fit them);
+   (``runtime/memory/admission.py``: rows per pool; an empty store is re-split to fit them);
 2. pack one chunk per live request on one token axis — the next slice of a prompt that is
    still prefilling (chunked, so long prompts never stall the others for long), or the token(s)
    sampled last step (held back while prompts prefill under ``schedule="prefill_first"``);
@@ -30,34 +30,27 @@ from pask_agent.grammars.token_text import TokenTextStream
 from pask_agent.policy.base import Demotion, PolicySession
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.full import FullPolicy
-from pask_agent.runtime.admission import (
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.limits import check_context, check_kv_capacity
+from pask_agent.runtime.logit_masks import LogitMasks
+from pask_agent.runtime.memory.admission import (
     Reservations,
     default_capacity_bytes,
     kept_rows,
     plan_rows,
     rows_bytes,
 )
-from pask_agent.runtime.constraint import tag_key
-from pask_agent.runtime.cpu_linear import prepack_linear_layers
-from pask_agent.runtime.history_plan import history_demotions
-from pask_agent.runtime.host_memory import retain_freed_host_memory
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
-from pask_agent.runtime.limits import check_context, check_kv_capacity
-from pask_agent.runtime.logit_masks import LogitMasks
-from pask_agent.runtime.models import LoadedModel
-from pask_agent.runtime.requests import (
-    Event,
-    Failed,
-    Finished,
-    Request,
-    RuntimeConfig,
-    SamplingParams,
-    SequenceState,
-)
-from pask_agent.runtime.results import Delta
-from pask_agent.runtime.retention import retention_view
-from pask_agent.runtime.sampling import sample
-from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
+from pask_agent.runtime.memory.history_plan import history_demotions
+from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.retention import retention_view
+from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
+from pask_agent.runtime.models.loading import LoadedModel
+from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
+from pask_agent.runtime.requests import Event, Failed, Request, SamplingParams, SequenceState
+from pask_agent.runtime.turns.constraint import tag_key
+from pask_agent.runtime.turns.results import Delta, Finished
+from pask_agent.runtime.turns.sampling import sample
 
 __all__ = [  # the request-side types live in requests.py; callers import them from here
     "Engine",

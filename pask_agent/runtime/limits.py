@@ -63,7 +63,7 @@ def check_context(prompt_tokens: int, max_new_tokens: int, context_tokens: int) 
 
 
 def check_kv_capacity(demand_bytes: int, capacity_bytes: int) -> None:
-    """A request's demand (``runtime/admission.py``) fits ``kv_capacity_bytes`` when it runs
+    """A request's demand (``runtime/memory/admission.py``) fits ``kv_capacity_bytes`` when it runs
     alone.
 
     Raises

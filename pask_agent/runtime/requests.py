@@ -1,5 +1,5 @@
-"""What crosses the engine's door: serving settings, sampling settings, one request's state,
-and how a request ends (``Finished`` or ``Failed``), as events the async ``Runtime`` routes.
+"""What crosses the engine's door: sampling settings, one request's state, and how a request
+ends (``Finished`` or ``Failed``), as events the async ``Runtime`` routes.
 
 Kept apart from ``engine.py`` so the loop reads in one sitting and callers that only build
 requests or configs (the server, the CLI, eval) need not read it.
@@ -15,83 +15,9 @@ import torch
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.policy.base import Policy, PolicySession
-from pask_agent.runtime.constraint import Constraint, OutputSpec
-from pask_agent.runtime.results import Delta
-
-SCHEDULES = ("interleave", "prefill_first")  # RuntimeConfig.schedule
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeConfig:
-    """Serving settings. ``kv_capacity_bytes`` is preallocated once for the KV pools
-    (``runtime/kv_pools.py``) and bounds the admitted requests' demands (what their policies
-    keep, in pool rows: ``runtime/admission.py``): a request that fits alone waits until the
-    running ones leave it room; one that could never fit is refused with
-    ``RequestTooLargeError`` when it is made. None: ``max_batch`` Full-KV requests of the
-    model's context, at most 4 GiB (``admission.default_capacity_bytes``)."""
-
-    sinks: int = 4
-    window: int = 16
-    kv_capacity_bytes: int | None = None
-    prefill_chunk_tokens: int = 256
-    max_batch: int = 16
-    # Off by default: appending grammar-forced text re-tokenizes it, which gives the model token
-    # boundaries it never produces itself; on 20 BFCL cases that cost 2 correct calls
-    # (18/20 without, 16/20 with) for a modest speed gain.
-    jump_forward: bool = False
-    # Between parallel calls, start another call whenever the model gives continuing at least
-    # this probability (grammar-masked), instead of only when continuing is its argmax. The
-    # default 0.5B model closes the array after one call even when the request lists several
-    # items: continuing gets 0.003-0.86 after a call that leaves items undone and <= 0.001
-    # after the last one (an exploratory teacher-forced probe on 10 parallel dev cases).
-    # Chosen on the dev split
-    # (results/fullkv_variants.md: parallel 20 % -> 50 %, parallel_multiple 0 % -> 40 %).
-    # None: plain greedy/sampling.
-    continue_calls_at: float | None = 0.01
-    # Append one trace line per finished turn to this JSONL file (calibration/traces.py), so
-    # real use becomes calibration data. None: record nothing.
-    record_traces: str | None = None
-    # Keep freed scratch memory in the process instead of returning it to the OS after every
-    # layer (runtime/host_memory.py): a process-wide glibc setting, on by default because CPU
-    # decode steps otherwise spend much of their attention time in page faults.
-    retain_host_memory: bool = True
-    # Run the model's fp32 CPU linear layers through oneDNN with their weights converted once
-    # (runtime/cpu_linear.py): about 2x faster decode steps here, most at 8 rows.
-    onednn_linear: bool = True
-    # Attention kernel for the KV store (kernels/attention.py): "auto" (Triton on CUDA; on a
-    # CPU the compiled C decode kernel, kernels/cpu_attention.py, where a C compiler builds
-    # it, else the torch reference), "native", "torch" or "triton". The C kernel made decode
-    # at 8 sequences 13-19 % faster on the serving bench (results/bench.md, runs 7 and 11).
-    attention_backend: str = "auto"
-    # How prefill shares steps with decoding. "interleave": every step decodes one token for
-    # each running request and adds up to ``prefill_chunk_tokens`` of waiting prompts, so no
-    # request stalls for long. "prefill_first": while any admitted prompt is still being
-    # prefilled, steps run prefill only and decoding waits, so the requests admitted together
-    # decode together in full batches: more tokens per second for batch jobs, longer pauses
-    # between one request's tokens (with 4,096-token prompts on this CPU, the first requests
-    # of a burst otherwise finish before the last ones are prefilled: results/bench.md).
-    schedule: str = "interleave"
-    # Store the keys of requests whose policy may quantize them relative to the model's mean
-    # key (runtime/key_offsets.py): attention is unchanged, INT4 rows lose a shared channel
-    # offset that otherwise sets their scale. Full KV and release-only policies never are.
-    center_keys: bool = True
-
-    def __post_init__(self) -> None:
-        capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes
-        if self.prefill_chunk_tokens < 1 or self.max_batch < 1 or capacity < 1:
-            raise ConfigError("prefill_chunk_tokens, max_batch and kv_capacity_bytes must be >= 1")
-        if self.attention_backend not in ATTENTION_BACKENDS:
-            raise ConfigError(
-                f"attention_backend={self.attention_backend!r}; valid: {list(ATTENTION_BACKENDS)}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ConfigError(f"schedule={self.schedule!r}; valid: {list(SCHEDULES)}")
-        if self.continue_calls_at is not None and not 0 < self.continue_calls_at < 1:
-            raise ConfigError(
-                f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
-            )
+from pask_agent.runtime.turns.constraint import Constraint, OutputSpec
+from pask_agent.runtime.turns.results import Delta, Finished
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,24 +43,6 @@ class SequenceState:
     session: PolicySession
     ids_in_store: list[int] = field(default_factory=list)
     busy: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """The end of a request: generated ids, why it stopped, and the store's KV report."""
-
-    token_ids: tuple[int, ...]
-    text: str
-    reason: str
-    prompt_tokens: int
-    prefilled_tokens: int
-    kv: Any
-    ttft_s: float
-    tpot_s: float
-    tag_counts: dict[str, int] = field(default_factory=dict)
-    allocated_kv_bytes: int = 0  # the store's pool tensors when the request ended
-    # [V] fp32 logits of each sampled token before any mask, when the request kept them
-    step_logits: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ import anyio
 import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from pask_agent.calibration.traces import ModelId
 from pask_agent.errors import ConfigError, PaskError, PolicyTableError, ValidationFailedError
 from pask_agent.grammars.span_labels import CharSpan
 from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
@@ -24,23 +23,18 @@ from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.registry import get_policy
 from pask_agent.policy.table import tokenizer_hash
-from pask_agent.runtime.constraint import OutputSpec
+from pask_agent.record.traces import ModelId
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.conversation import Conversation, TurnOptions
-from pask_agent.runtime.engine import (
-    Engine,
-    Failed,
-    Finished,
-    Request,
-    RuntimeConfig,
-    SamplingParams,
-    SequenceState,
-)
+from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.limits import check_budget
-from pask_agent.runtime.models import LoadedModel, load_model, model_id_of
-from pask_agent.runtime.outputs import OutputCompiler, schema_prompt
-from pask_agent.runtime.prompting import prepare_turn
-from pask_agent.runtime.results import ChatResult, Delta
-from pask_agent.runtime.turn_output import chat_result, record_turn
+from pask_agent.runtime.models.loading import LoadedModel, load_model, model_id_of, model_identity
+from pask_agent.runtime.requests import Failed, Request, SamplingParams, SequenceState
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.outputs import OutputCompiler, schema_prompt
+from pask_agent.runtime.turns.prompting import prepare_turn
+from pask_agent.runtime.turns.results import ChatResult, Delta, Finished
+from pask_agent.runtime.turns.turn_output import chat_result, record_turn
 
 
 class Runtime:
@@ -162,7 +156,7 @@ class Runtime:
     def model_id(self) -> ModelId:
         """Which weights this runtime serves (name + SHA-256), as traces and tables record."""
         if self._model_id is None:
-            self._model_id = ModelId.of(self._loaded)
+            self._model_id = model_identity(self._loaded.name, self._loaded.path)
         return self._model_id
 
     def prepare(
@@ -175,7 +169,7 @@ class Runtime:
         label_spans: Callable[[str], list[CharSpan]] | None = None,
     ) -> tuple[list[int], list[str] | None, OutputSpec]:
         """Render the prompt, label its spans, and pick the output grammar
-        (``runtime/prompting.py``, which calibration replays traces through as well)."""
+        (``runtime/turns/prompting.py``, which calibration replays traces through as well)."""
         turn = prepare_turn(
             self.tokenizer, self.outputs, messages, tools, tool_choice, parallel_tool_calls,
             labels=labels, label_spans=label_spans,

@@ -1,7 +1,7 @@
 """An answer's growing text → OpenAI ``delta`` pieces: ``content``, then ``tool_calls``.
 
 Under ``tool_choice="auto"`` an answer is text, calls, or text followed by calls on a new line
-(``runtime/mixed_output.py``). The text streams as ``delta.content`` (held back while it could
+(``runtime/turns/mixed_output.py``). The text streams as ``delta.content`` (held back while it could
 still be the start of a stop sequence, or while a trailing newline could be the one before a
 call); from the line where a call begins, the answer streams as ``delta.tool_calls``
 (``tool_deltas.py``). Stop sequences cut the text only: the calls follow a grammar, and a stop
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pask_agent.runtime.mixed_output import OutputSplitter
-from pask_agent.runtime.stops import stop_holdback
+from pask_agent.runtime.turns.mixed_output import OutputSplitter
+from pask_agent.runtime.turns.stops import stop_holdback
 from pask_agent.server.tool_deltas import ToolCallDeltas
 
 

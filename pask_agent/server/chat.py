@@ -22,8 +22,8 @@ import anyio
 from starlette.types import Receive, Scope, Send
 
 from pask_agent.errors import PaskError
-from pask_agent.runtime.results import ChatResult, Delta
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import ChatResult, Delta
 from pask_agent.server import responses, sse
 from pask_agent.server.answer_pieces import AnswerPieces
 from pask_agent.server.errors import APIError, api_error

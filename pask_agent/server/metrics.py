@@ -14,8 +14,8 @@ from collections import deque
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from pask_agent.runtime.results import Usage
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import Usage
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _B_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.33, 0.4, 0.5, 0.6, 0.75, 0.9, 1.0)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pask_agent.runtime.outputs import schema_prompt
+from pask_agent.runtime.turns.outputs import schema_prompt
 from pask_agent.server.errors import APIError, bad_request
 
 JSON_OBJECT_INSTRUCTION = "Answer with a single JSON object and nothing else."

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pask_agent.runtime.results import ChatResult, Usage
+from pask_agent.runtime.turns.results import ChatResult, Usage
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.table import PolicyTable
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.eval.bfcl_eval import run_config, summarize, load_split
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
 rows = [json.loads(l) for l in open('/work/main/results/calibration/default.checkpoint.jsonl')]

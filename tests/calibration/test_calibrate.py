@@ -20,7 +20,6 @@ from pask_agent.calibration.inputs import file_digest
 from pask_agent.calibration.measure import unshielded_prompt
 from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.calibration.teacher import H, Interventions, ModelParts, R, TraceContext
-from pask_agent.calibration.traces import TraceError, read_traces
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action
@@ -28,7 +27,8 @@ from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.table import PolicyTable, tokenizer_hash
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.record.traces import TraceError, read_traces
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
 
@@ -316,9 +316,9 @@ def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_
     """Traces that `pask-agent traces record --sql` writes calibrate with the tool-call ones:
     the SQL prompts are replayed through the assistant's own grammar and measured, and their
     tokens count in the table's support."""
-    from pask_agent.calibration.traces import write_traces
     from pask_agent.eval.sql_data import SqlQuestionSet, load_sample_questions
     from pask_agent.eval.trace_recording import record_sql
+    from pask_agent.record.traces import write_traces
 
     cal, dev = recorded
     data = load_sample_questions(split="dev")

@@ -7,8 +7,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from pask_agent.calibration.traces import read_traces
 from pask_agent.policy.table import PolicyTable
+from pask_agent.record.traces import read_traces
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "calibrate_from_your_agent.py"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pask_agent.calibration.traces import ModelId, TraceError, read_traces
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.record.traces import ModelId, TraceError, read_traces
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import model_identity
 from pask_agent.runtime.runtime import Runtime
 
 
@@ -34,7 +35,7 @@ def test_runtime_records_one_trace_per_finished_turn(smollm2, tmp_path: Path) ->
             return [a, b]
 
     results = anyio.run(main)
-    model = ModelId.of(smollm2)
+    model = model_identity(smollm2.name, smollm2.path)
     assert model.weights_sha256.startswith("b179c952")
     traces = read_traces(path, model=model)
     assert len(traces) == 2
@@ -58,7 +59,7 @@ def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
     out = tmp_path / "cal.jsonl"
     args = ["traces", "record", "--bfcl", "simple,parallel", "--split", "calibration"]
     assert main([*args, "--cases", "1", "--out", str(out)]) == 0
-    traces = read_traces(out, model=ModelId.of(default_model))
+    traces = read_traces(out, model=model_identity(default_model.name, default_model.path))
     expected = cases_in("calibration", per_category=1, categories=("simple_python", "parallel"))
     assert [t.id for t in traces] == [c.id for c in expected]
     for trace, case in zip(traces, expected, strict=True):
@@ -86,7 +87,7 @@ def test_traces_record_cli_on_sql(default_model, tmp_path: Path) -> None:
     out = tmp_path / "sql.jsonl"
     args = ["traces", "record", "--sql", "--split", "dev", "--cases", "2", "--out", str(out)]
     assert main(args) == 0
-    traces = read_traces(out, model=ModelId.of(default_model))
+    traces = read_traces(out, model=model_identity(default_model.name, default_model.path))
     data = load_sample_questions(split="dev")
     expected = data.questions[:2]
     assert [t.id for t in traces] == [q.id for q in expected]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pask_agent.calibration.traces import (
+from pask_agent.record.traces import (
     ModelId,
     Trace,
     TraceError,

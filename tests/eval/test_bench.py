@@ -13,7 +13,7 @@ import pytest
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bench import add_arguments, bench, concurrency_levels
 from pask_agent.eval.bench_report import paired_rounds, write
-from pask_agent.eval.provenance import provenance
+from pask_agent.record.provenance import provenance
 
 FIELDS = {
     "policy", "concurrency", "prompt_tokens", "decode_tok_s", "tpot_s", "ttft_s",

@@ -18,7 +18,6 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pask_agent.calibration.traces import read_traces
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
 from pask_agent.eval.bfcl_eval import (
@@ -32,6 +31,7 @@ from pask_agent.eval.bfcl_eval import (
     write_results,
 )
 from pask_agent.eval.splits import PARTITIONS, load_split_file, make_split, schema_key
+from pask_agent.record.traces import read_traces
 
 
 def test_split_file_is_fixed_disjoint_and_schema_closed() -> None:

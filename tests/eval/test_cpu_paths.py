@@ -7,7 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pask_agent.eval import cpu_paths
-from pask_agent.eval.provenance import provenance
+from pask_agent.record.provenance import provenance
 
 TINY = SimpleNamespace(
     hidden_size=256, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,

@@ -7,7 +7,7 @@ import math
 import torch
 
 from pask_agent.eval.int4_keys import STORAGES, _stored, score_question, write
-from pask_agent.runtime.seam import use_pask_attention
+from pask_agent.runtime.models.seam import use_pask_attention
 
 
 def test_storages_quantize_what_they_name() -> None:

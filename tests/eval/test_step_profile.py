@@ -7,9 +7,9 @@ from pathlib import Path
 
 from tiny_models import tiny_qwen2
 
-from pask_agent.eval.provenance import provenance
 from pask_agent.eval.step_profile import PHASES, measure, write
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.record.provenance import provenance
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 
 
 def test_profile_of_a_batched_decode_step(tmp_path: Path) -> None:

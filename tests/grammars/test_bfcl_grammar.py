@@ -21,7 +21,7 @@ from pask_agent.eval.bfcl import (
 )
 from pask_agent.grammars.compiler import make_compiler, stop_token_ids
 from pask_agent.grammars.json.tool_grammar import ToolCallGrammar, compile_tool_grammar
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 # BFCL answers that contradict their own schema: a string where the schema says array of float
 # (linear_regression_fit.x) and strings where it says array of integer (sort_list.elements).

@@ -16,7 +16,7 @@ from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.tags import Tag
 from pask_agent.grammars.token_text import token_texts
 from pask_agent.policy.actions import LayerGroups
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pask_agent.eval.bfcl import ground_truth_text as bfcl_text
 from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.tags import Tag
 from pask_agent.grammars.token_text import TokenTextStream, token_texts
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 WEATHER = {
     "name": "get_weather",

@@ -53,8 +53,8 @@ def test_only_whole_calls_of_known_tools_count() -> None:
 
 
 def test_runtime_prompt_labels_the_previous_call(default_model) -> None:
-    from pask_agent.runtime.outputs import OutputCompiler
-    from pask_agent.runtime.prompting import prepare_turn
+    from pask_agent.runtime.turns.outputs import OutputCompiler
+    from pask_agent.runtime.turns.prompting import prepare_turn
 
     tokenizer = default_model.tokenizer
     messages = [

@@ -22,7 +22,7 @@ from pask_agent.grammars.span_labels import (
 )
 from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.grammars.tool_spec import ToolSpec
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 SCHEMA_KEYS = (
     "type",

@@ -16,7 +16,7 @@ from transformers import DynamicCache
 from pask_agent.eval.sql_data import load_sample_questions, sample_data_dir
 from pask_agent.grammars.sql.grammar import compile_sql_grammar
 from pask_agent.grammars.sql.schema import SqlSchema
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 DATA = sample_data_dir()
 QWEN_SPECIAL_START = 151643

@@ -11,7 +11,7 @@ from pask_agent.eval.sql_data import sample_data_dir
 from pask_agent.grammars.span_labels import CharSpan
 from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.grammars.sql.span_labels import find_ddl_spans, label_ddl_spans, label_ddl_tokens
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 DATA = sample_data_dir()
 

@@ -15,7 +15,7 @@ from pask_agent.grammars.sql.grammar import compile_sql_grammar
 from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.grammars.sql.tagger import SqlTagger
 from pask_agent.grammars.tags import Tag
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 DATA = sample_data_dir()
 QWEN_SPECIAL_START = 151643

@@ -32,7 +32,7 @@ from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.json.tool_grammar import ToolCallGrammar, compile_tool_grammar
 from pask_agent.grammars.token_text import token_texts
 from pask_agent.grammars.tool_spec import tool_specs
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 VOCAB_SIZES = {"default": 151936, "smollm2-135m": 49152}
 HAND_TOOLS = [

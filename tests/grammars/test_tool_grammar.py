@@ -18,7 +18,7 @@ from pask_agent.grammars.json.tool_grammar import (
     compile_tool_grammar,
     tool_call_ebnf,
 )
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 
 QWEN_VOCAB = 151936
 WEATHER = {

@@ -21,8 +21,8 @@ from pask_agent.integrations._lc_tools import normalize_tool_choice
 from pask_agent.integrations._lc_turn import TurnRequest, _ChunkBuilder, salvage_wrapped_call
 from pask_agent.integrations._portal import runtime_registry
 from pask_agent.integrations.langchain import PaskChatModel
-from pask_agent.runtime.outputs import parse_tool_calls
-from pask_agent.runtime.results import ChatResult, Delta, Usage
+from pask_agent.runtime.turns.outputs import parse_tool_calls
+from pask_agent.runtime.turns.results import ChatResult, Delta, Usage
 
 
 class TestPaskChatModelUnit(ChatModelUnitTests):

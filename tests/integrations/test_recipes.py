@@ -27,7 +27,7 @@ def _load(name: str) -> ModuleType:
 def test_langchain_agent_recipe_reuses_kv_and_keeps_the_budget_across_turns() -> None:
     """Issue 13 item 2: ``create_agent`` + checkpointer, 3 turns of one thread, PASK at 0.33.
 
-    Each turn re-plans the history it reuses (``runtime/history_plan.py``), so the thread's
+    Each turn re-plans the history it reuses (``runtime/memory/history_plan.py``), so the thread's
     measured B stays within the budget instead of drifting up turn by turn."""
     recipe = _load("langchain_agent")
     budget = 0.33

@@ -27,7 +27,7 @@ from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError, _authorize
 from pask_agent.package_data import sample_data_dir
-from pask_agent.runtime.models import load_tokenizer
+from pask_agent.runtime.models.loading import load_tokenizer
 from pask_agent.runtime.runtime import Runtime
 
 

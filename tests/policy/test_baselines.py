@@ -34,8 +34,8 @@ from pask_agent.policy.pask import LabelRules, PaskPolicy
 from pask_agent.policy.position import PositionPolicy, bin_rule
 from pask_agent.policy.scored import ScoredSession, accumulated_mass, recency
 from pask_agent.policy.snapkv import pool_scores
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.runtime import Runtime
 
 TOL = 0.03

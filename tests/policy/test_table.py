@@ -171,7 +171,7 @@ def test_tokenizer_hash_of_folder_and_file(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_default_tokenizer_hash_matches_bundled_model() -> None:
     # A loaded tokenizer hashes the tokenizer.json of the folder it was loaded from.
-    from pask_agent.runtime.models import load_tokenizer
+    from pask_agent.runtime.models.loading import load_tokenizer
 
     assert tokenizer_hash(load_tokenizer("default")) == DEFAULT_TOKENIZER_SHA256
 

@@ -4,7 +4,7 @@ A capacity that holds exactly N Full-KV requests admits more than N PASK request
 at once, live bytes (the store's high-water mark inside every step) never pass the capacity,
 a request that outgrows its reservation is handled without a crash, and a request whose
 compressed demand can never fit is refused before it queues. Demands are pool rows
-(``runtime/admission.py``); their bytes are what the tests compare with the capacity.
+(``runtime/memory/admission.py``); their bytes are what the tests compare with the capacity.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from pask_agent.errors import RequestTooLargeError
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
-from pask_agent.runtime.admission import plan_rows, rows_bytes
-from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
-from pask_agent.runtime.outputs import TEXT
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.memory.admission import plan_rows, rows_bytes
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
+from pask_agent.runtime.requests import Request, SamplingParams
+from pask_agent.runtime.turns.outputs import TEXT
+from pask_agent.runtime.turns.results import Finished
 
 TEXT_PROMPT = (
     "The inventory service exposes operations that look up, check and update the records of "

@@ -10,7 +10,7 @@ import pytest
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import ast_check, load_bfcl
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
 

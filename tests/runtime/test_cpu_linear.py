@@ -12,7 +12,7 @@ import torch
 from tiny_models import tiny_qwen2
 from torch import nn
 
-from pask_agent.runtime.cpu_linear import (
+from pask_agent.runtime.models.cpu_linear import (
     OneDNNLinear,
     prepack_linear_layers,
     step_weight_bytes,
@@ -56,8 +56,8 @@ def test_other_dtypes_are_left_as_they_are() -> None:
 
 
 PROBE = """
-from pask_agent.runtime.cpu_linear import prepack_linear_layers
-from pask_agent.runtime.models import load_model
+from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
+from pask_agent.runtime.models.loading import load_model
 
 loaded = load_model("default")
 replaced = prepack_linear_layers(loaded.model)

@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
-from pask_agent.runtime import host_memory
+from pask_agent.runtime.memory import host_memory
 
 PROBE = """
 import ctypes, resource, sys, torch
-from pask_agent.runtime.host_memory import retain_freed_host_memory
+from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
 if sys.argv[1] == "retain":
     took = retain_freed_host_memory()
 else:  # M_MMAP_THRESHOLD at glibc's default: every large block is mapped, then unmapped on free

@@ -1,4 +1,5 @@
-"""Centered keys (``runtime/key_offsets.py``): attention unchanged, INT4 rows closer to Full KV."""
+"""Centered keys (``runtime/models/key_offsets.py``): attention unchanged, INT4 rows closer
+to Full KV."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pask_agent.policy.mikv import MiKVPolicy
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.snapkv import SnapKVPolicy
 from pask_agent.policy.uniform import UniformPolicy
-from pask_agent.runtime.key_offsets import measure_key_offsets
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
-from pask_agent.runtime.models import load_tokenizer
-from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models.key_offsets import measure_key_offsets
+from pask_agent.runtime.models.loading import load_tokenizer
+from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 
 
 @pytest.fixture(scope="module")

@@ -20,12 +20,15 @@ from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.uniform import UniformPolicy
-from pask_agent.runtime.admission import kept_rows, rows_bytes
-from pask_agent.runtime.engine import Engine, Finished, Request, RuntimeConfig, SamplingParams
-from pask_agent.runtime.kv_pools import PoolRows, split_rows
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
-from pask_agent.runtime.outputs import TEXT
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.memory.admission import kept_rows, rows_bytes
+from pask_agent.runtime.memory.kv_pools import PoolRows, split_rows
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
+from pask_agent.runtime.requests import Request, SamplingParams
+from pask_agent.runtime.turns.outputs import TEXT
+from pask_agent.runtime.turns.results import Finished
 
 NEW = 12
 

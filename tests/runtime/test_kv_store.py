@@ -9,9 +9,9 @@ from engine_greedy import engine_for, greedy, tiny_loaded
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
 from pask_agent.policy.actions import Action, LayerGroups
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
-from pask_agent.runtime.models import load_tokenizer
-from pask_agent.runtime.seam import PaskCache, forward_step
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models.loading import load_tokenizer
+from pask_agent.runtime.models.seam import PaskCache, forward_step
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_int4_and_release_bytes_are_exact(tiny, tiny_model) -> None:
 
 def _one_chunk(model, actions: tuple[Action, ...]) -> tuple[KVStore, torch.Tensor]:
     """A 10-token prompt in one chunk, every token scheduled ``actions``: store and logits."""
-    from pask_agent.runtime.seam import use_pask_attention
+    from pask_agent.runtime.models.seam import use_pask_attention
 
     store = _store(model, sinks=1, window=2)
     use_pask_attention(model)
@@ -168,7 +168,8 @@ def test_per_group_actions_and_int4_rows(tiny_model) -> None:
 
 
 def test_released_slots_are_reused_not_masked(tiny) -> None:
-    from pask_agent.runtime.engine import Engine, RuntimeConfig
+    from pask_agent.runtime.config import RuntimeConfig
+    from pask_agent.runtime.engine import Engine
 
     # pools that hold 64 tokens at Full KV; 64 + 40 tokens written under R fit, reused
     tokens = 64

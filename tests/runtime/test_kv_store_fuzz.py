@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.int4 import dequantize_int4_ref
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
 
 LAYOUT = KVLayout(num_layers=6, num_kv_heads=2, head_dim=8)
 SEQS = ("a", "b", "c")

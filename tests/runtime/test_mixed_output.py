@@ -13,12 +13,12 @@ import pytest
 
 from pask_agent.errors import ToolCallError
 from pask_agent.grammars.tool_spec import tool_specs
-from pask_agent.runtime.constraint import OutputSpec
-from pask_agent.runtime.kv_layout import KVReport
-from pask_agent.runtime.mixed_output import OutputSplitter, call_start, split_output
-from pask_agent.runtime.outputs import parse_tool_calls
-from pask_agent.runtime.requests import Finished
-from pask_agent.runtime.turn_output import chat_result
+from pask_agent.runtime.memory.kv_layout import KVReport
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.mixed_output import OutputSplitter, call_start, split_output
+from pask_agent.runtime.turns.outputs import parse_tool_calls
+from pask_agent.runtime.turns.results import Finished
+from pask_agent.runtime.turns.turn_output import chat_result
 
 WEATHER = {
     "name": "get_weather",

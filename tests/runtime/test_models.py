@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pask_agent.errors import ModelHashMismatchError, ModelNotAvailableError
-from pask_agent.runtime import models
-from pask_agent.runtime.models import BundledModel, load_model, resolve_model_dir
+from pask_agent.runtime.models.loading import BundledModel, load_model, resolve_model_dir
+from pask_agent.runtime.models.loading import loading as models
 
 
 def test_unknown_model_names_the_choices() -> None:
@@ -70,7 +70,8 @@ def test_corrupt_or_partial_cache_is_detected_and_rebuilt(smollm2, tmp_path, mon
 # ---- a cache safe under kills, concurrent first use and changed packages (issue 14, item 5) ----
 _RESOLVE = (
     "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr); "
-    "from pask_agent.runtime.models import resolve_model_dir; print(resolve_model_dir('{name}'))"
+    "from pask_agent.runtime.models.loading import resolve_model_dir; "
+    "print(resolve_model_dir('{name}'))"
 )
 
 

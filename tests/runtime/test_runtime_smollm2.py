@@ -7,9 +7,9 @@ import pytest
 from engine_greedy import greedy
 
 from pask_agent.errors import ConfigError
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.results import Delta
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
+from pask_agent.runtime.turns.results import Delta
 
 PROMPTS = [
     "Name three colors.",
@@ -154,8 +154,9 @@ def test_admission_waits_instead_of_failing(smollm2) -> None:
 
 def test_long_prompt_prefills_in_chunks_without_stalling_decode(smollm2) -> None:
     from pask_agent.policy.full import FullPolicy
-    from pask_agent.runtime.engine import Engine, Request, SamplingParams
-    from pask_agent.runtime.outputs import TEXT
+    from pask_agent.runtime.engine import Engine
+    from pask_agent.runtime.requests import Request, SamplingParams
+    from pask_agent.runtime.turns.outputs import TEXT
 
     engine = Engine(smollm2, RuntimeConfig(prefill_chunk_tokens=64, window=8))
     tok = smollm2.tokenizer

@@ -8,9 +8,11 @@ import pytest
 
 from pask_agent.errors import ConfigError
 from pask_agent.policy.full import FullPolicy
-from pask_agent.runtime.engine import Engine, Request, RuntimeConfig, SamplingParams
-from pask_agent.runtime.outputs import TEXT
-from pask_agent.runtime.results import Delta
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.engine import Engine
+from pask_agent.runtime.requests import Request, SamplingParams
+from pask_agent.runtime.turns.outputs import TEXT
+from pask_agent.runtime.turns.results import Delta
 
 NEW = 5
 

@@ -27,8 +27,8 @@ from fuzzing import fuzz_settings
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.runtime import Runtime
 
 MAX_NEW_TOKENS = 640  # worst case of the schemas below: ~5 leaves of <= 45 tokens + structure

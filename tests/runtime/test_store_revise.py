@@ -7,8 +7,8 @@ import torch
 
 from pask_agent.errors import KVStoreError
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.kv_store import KVLayout, KVStore, StoreConfig
-from pask_agent.runtime.seam import PaskCache, forward_step, use_pask_attention
+from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 
 
 def _prefill(model, n: int, *, scores: bool) -> tuple[KVStore, PaskCache]:

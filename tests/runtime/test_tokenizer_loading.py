@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from pask_agent.runtime.models import resolve_model_dir
-from pask_agent.runtime.tokenizer_loading import open_tokenizer
+from pask_agent.runtime.models.loading import resolve_model_dir
+from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
 
 TEXTS = (
     "Hello world",

@@ -21,10 +21,10 @@ import xgrammar as xgr
 
 from pask_agent.errors import ToolCallError, ValidationFailedError
 from pask_agent.grammars.tool_spec import tool_specs
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
-from pask_agent.runtime.outputs import parse_tool_calls
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.runtime import Runtime
-from pask_agent.runtime.tool_validation import checked_tool_calls, validate_tool_call
+from pask_agent.runtime.turns.outputs import parse_tool_calls
+from pask_agent.runtime.turns.tool_validation import checked_tool_calls, validate_tool_call
 
 FORECAST = {
     "name": "get_forecast",

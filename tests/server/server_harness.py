@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.server import ServerSettings, create_app
 from pask_agent.server.loopback import LoopbackServer
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from pask_agent.grammars.tool_spec import tool_specs
-from pask_agent.runtime.mixed_output import split_output
-from pask_agent.runtime.outputs import parse_tool_calls
-from pask_agent.runtime.results import ChatResult, Usage
+from pask_agent.runtime.turns.mixed_output import split_output
+from pask_agent.runtime.turns.outputs import parse_tool_calls
+from pask_agent.runtime.turns.results import ChatResult, Usage
 from pask_agent.server import responses
 from pask_agent.server.answer_pieces import AnswerPieces
 

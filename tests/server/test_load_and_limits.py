@@ -13,7 +13,7 @@ import openai
 import pytest
 from server_harness import SMOL, ThreadServer, smol_server
 
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.config import RuntimeConfig
 
 STORY = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
 KEY = "test-key-123"

@@ -37,8 +37,9 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
-from pask_agent.runtime.key_offsets import measure_key_offsets
-from pask_agent.runtime.tokenizer_loading import open_tokenizer
+from pask_agent.record.traces import ModelId
+from pask_agent.runtime.models.key_offsets import measure_key_offsets
+from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -362,3 +363,20 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
         raise
     model.eval()
     return LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
+
+
+def model_identity(name: str, path: str | Path | None = None) -> ModelId:
+    """Which weights a name stands for, as traces record it: a bundled model's pinned GGUF
+    digest (no weights are read), else the SHA-256 of its folder's weight files
+    (``*.safetensors`` / ``*.bin`` / ``*.gguf``): a trace recorded on other weights is refused."""
+    bundled = BUNDLED.get(ALIASES.get(name, name))
+    if bundled is not None and bundled.sha256:
+        return ModelId(bundled.name, bundled.sha256)
+    folder = Path(path) if path is not None else Path(resolve_model_dir(name))
+    digest = hashlib.sha256()
+    files = folder.glob("*") if folder.is_dir() else [folder]
+    for f in sorted(f for f in files if f.suffix in (".safetensors", ".bin", ".gguf")):
+        with f.open("rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
+                digest.update(block)
+    return ModelId(str(name), digest.hexdigest())

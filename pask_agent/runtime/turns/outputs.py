@@ -18,9 +18,9 @@ from pask_agent.grammars.json.schema import normalize_schema
 from pask_agent.grammars.json.tagger import FunctionCallTagger
 from pask_agent.grammars.json.tool_grammar import compile_tool_grammar
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
-from pask_agent.runtime.constraint import OutputSpec
-from pask_agent.runtime.mixed_output import split_output
-from pask_agent.runtime.results import ToolCall
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.mixed_output import split_output
+from pask_agent.runtime.turns.results import ToolCall
 
 TEXT = OutputSpec("text", None)
 

@@ -45,8 +45,8 @@ import numpy as np
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, DecodeDemand, Demotion
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.runtime.kv_pools import split_rows
-from pask_agent.runtime.kv_store import KVStore
+from pask_agent.runtime.memory.kv_pools import split_rows
+from pask_agent.runtime.memory.kv_store import KVStore
 
 DEFAULT_CAPACITY_CAP = 4 << 30
 

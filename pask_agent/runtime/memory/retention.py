@@ -8,7 +8,7 @@ per step is a handful of array operations whatever the history length (issue 11,
 from __future__ import annotations
 
 from pask_agent.policy.base import RetentionView
-from pask_agent.runtime.kv_store import KVStore
+from pask_agent.runtime.memory.kv_store import KVStore
 
 
 def retention_view(

@@ -25,7 +25,6 @@ recorders (several runtimes, a LangChain agent beside a server) never interleave
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError
-from pask_agent.jsonl import json_lines
+from pask_agent.record.jsonl import json_lines
 
 _REQUIRED = ("messages", "output", "output_token_ids", "model")
 
@@ -52,24 +51,6 @@ class ModelId:
 
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "weights_sha256": self.weights_sha256}
-
-    @classmethod
-    def of(cls, loaded: Any) -> ModelId:
-        """The identity of a loaded model: a bundled model's pinned GGUF digest, else the
-        SHA-256 of its folder's weight files (``*.safetensors`` / ``*.bin`` / ``*.gguf``)."""
-        from pask_agent.runtime.models import ALIASES, BUNDLED
-
-        bundled = BUNDLED.get(ALIASES.get(loaded.name, loaded.name))
-        if bundled is not None and bundled.sha256:
-            return cls(bundled.name, bundled.sha256)
-        digest = hashlib.sha256()
-        folder = Path(loaded.path)
-        files = folder.glob("*") if folder.is_dir() else [folder]
-        for f in sorted(f for f in files if f.suffix in (".safetensors", ".bin", ".gguf")):
-            with f.open("rb") as fh:
-                for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                    digest.update(block)
-        return cls(str(loaded.name), digest.hexdigest())
 
 
 @dataclass(frozen=True, slots=True)

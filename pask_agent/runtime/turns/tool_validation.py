@@ -17,7 +17,7 @@ import jsonschema
 
 from pask_agent.errors import ToolCallError
 from pask_agent.grammars.tool_spec import ToolSpec
-from pask_agent.runtime.results import ToolCall
+from pask_agent.runtime.turns.results import ToolCall
 
 
 def validate_tool_call(name: str, arguments: Any, tools: Sequence[ToolSpec]) -> None:

@@ -1,5 +1,5 @@
 """One stored sequence: its logical length, settled mark, per-group slot maps, scheduled actions
-and peak, with the questions admission and the store ask of it (``runtime/kv_store.py``
+and peak, with the questions admission and the store ask of it (``runtime/memory/kv_store.py``
 owns the token's life; this is what it keeps per sequence)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.kv_schedule import ActionSchedule
-from pask_agent.runtime.slots import SlotAllocator, SlotMap
+from pask_agent.runtime.memory.kv_schedule import ActionSchedule
+from pask_agent.runtime.memory.slots import SlotAllocator, SlotMap
 
 
 @dataclass

@@ -21,7 +21,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from pask_agent.errors import KVStoreError
-from pask_agent.runtime.kv_store import KVStore, StepBatch
+from pask_agent.runtime.memory.kv_store import KVStore, StepBatch
 
 ATTENTION_NAME = "pask"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pask_agent.runtime.kv_layout import KVLayout, KVReport
-from pask_agent.runtime.slots import SlotAllocator, SlotMap
+from pask_agent.runtime.memory.kv_layout import KVLayout, KVReport
+from pask_agent.runtime.memory.slots import SlotAllocator, SlotMap
 
 
 class KVBytes:

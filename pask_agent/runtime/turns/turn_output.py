@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pask_agent.calibration.traces import ModelId, Trace, append_trace, messages_json
 from pask_agent.grammars.tool_spec import ToolSpec
-from pask_agent.runtime.constraint import OutputSpec
-from pask_agent.runtime.outputs import parse_tool_calls
-from pask_agent.runtime.requests import Finished
-from pask_agent.runtime.results import ChatResult, ToolCall, Usage
-from pask_agent.runtime.tool_validation import checked_tool_calls
+from pask_agent.record.traces import ModelId, Trace, append_trace, messages_json
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.outputs import parse_tool_calls
+from pask_agent.runtime.turns.results import ChatResult, Finished, ToolCall, Usage
+from pask_agent.runtime.turns.tool_validation import checked_tool_calls
 
 
 def record_turn(
@@ -29,7 +28,7 @@ def record_turn(
     spec: OutputSpec,
     f: Finished,
 ) -> None:
-    """Append the turn to ``trace_file`` (``calibration/traces.py``)."""
+    """Append the turn to ``trace_file`` (``record/traces.py``)."""
     # ok records only what the runtime knows: the turn ended by itself (not at the token
     # limit). A caller that knows the outcome (the tool ran, the answer checked) can rewrite
     # the line; calibration reads either ``ok`` or a ``reference``.

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ConfigError
-from pask_agent.runtime.seam import stock_attention
+from pask_agent.runtime.models.seam import stock_attention
 
 # A fixed mix of what the runtime serves, sent twice as a system message before one question;
 # its tokens' keys are averaged (after the sinks).

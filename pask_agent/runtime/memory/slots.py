@@ -99,7 +99,7 @@ class SlotAllocator:
         Raises
         ------
         KVStoreError
-            Fewer than ``n`` are free: admission (``runtime/admission.py``) should have kept
+            Fewer than ``n`` are free: admission (``runtime/memory/admission.py``) should have kept
             the pool from running out, so this is a bug or a store driven without an engine.
         """
         if len(self.free) < n:

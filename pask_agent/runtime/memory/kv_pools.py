@@ -2,8 +2,8 @@
 carved once from one preallocated byte buffer.
 
 Rows are addressed by slot; which token owns which slot is the slot maps' business
-(``runtime/slots.py``), and when a token moves is the store's. Layers of one layer group share
-slot numbers (one allocator per group), so every operation here takes a group and touches each
+(``runtime/memory/slots.py``), and when a token moves is the store's. Layers of one layer group
+share slot numbers (one allocator per group), so every operation here takes a group and touches each
 of its layers. A low row holds the App. B.5 quantization of the token's BF16 row, whether it
 was written straight into INT4 or demoted later: both quantize the same BF16 values.
 
@@ -26,8 +26,8 @@ from pask_agent.errors import KVStoreError
 from pask_agent.kernels.attention import KeyScores, PoolView, mixed_attention
 from pask_agent.kernels.int4 import quantize_int4
 from pask_agent.policy.actions import LayerGroups
-from pask_agent.runtime.kv_layout import GroupWrite, KVLayout
-from pask_agent.runtime.slots import SlotAllocator
+from pask_agent.runtime.memory.kv_layout import GroupWrite, KVLayout
+from pask_agent.runtime.memory.slots import SlotAllocator
 
 _SCALE = torch.float16
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pask_agent.runtime.mixed_output import split_output
+import torch
+
+from pask_agent.runtime.turns.mixed_output import split_output
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,7 @@ class ChatResult:
     """``message`` is an OpenAI assistant message dict (``content`` and/or ``tool_calls``).
 
     ``text`` is the whole output; with calls, ``content`` is the text written before them
-    (``runtime/mixed_output.py``).
+    (``runtime/turns/mixed_output.py``).
     """
 
     text: str
@@ -107,3 +109,21 @@ class Delta:
 
     text: str
     token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The end of a request: generated ids, why it stopped, and the store's KV report."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    reason: str
+    prompt_tokens: int
+    prefilled_tokens: int
+    kv: Any
+    ttft_s: float
+    tpot_s: float
+    tag_counts: dict[str, int] = field(default_factory=dict)
+    allocated_kv_bytes: int = 0  # the store's pool tensors when the request ended
+    # [V] fp32 logits of each sampled token before any mask, when the request kept them
+    step_logits: tuple[torch.Tensor, ...] | None = None

@@ -36,12 +36,18 @@ import torch
 
 from pask_agent.errors import KVStoreError
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.key_scores import KeyScoreBook
-from pask_agent.runtime.kv_accounting import KVBytes
-from pask_agent.runtime.kv_layout import GroupWrite, KVLayout, KVReport, StepBatch, StoreConfig
-from pask_agent.runtime.kv_pools import KVPools, PoolRows, split_rows
-from pask_agent.runtime.kv_sequence import StoredSequence
-from pask_agent.runtime.slots import audit_slots, pool_view
+from pask_agent.runtime.memory.key_scores import KeyScoreBook
+from pask_agent.runtime.memory.kv_accounting import KVBytes
+from pask_agent.runtime.memory.kv_layout import (
+    GroupWrite,
+    KVLayout,
+    KVReport,
+    StepBatch,
+    StoreConfig,
+)
+from pask_agent.runtime.memory.kv_pools import KVPools, PoolRows, split_rows
+from pask_agent.runtime.memory.kv_sequence import StoredSequence
+from pask_agent.runtime.memory.slots import audit_slots, pool_view
 
 __all__ = ["GroupWrite", "KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
 

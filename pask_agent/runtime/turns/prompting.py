@@ -15,8 +15,8 @@ from pask_agent.grammars.json.history_spans import history_call_spans
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
-from pask_agent.runtime.constraint import OutputSpec
-from pask_agent.runtime.outputs import TEXT, OutputCompiler
+from pask_agent.runtime.turns.constraint import OutputSpec
+from pask_agent.runtime.turns.outputs import TEXT, OutputCompiler
 
 
 @dataclass(frozen=True, slots=True)

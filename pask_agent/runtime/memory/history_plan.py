@@ -20,7 +20,7 @@ import numpy as np
 
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Demotion
-from pask_agent.runtime.kv_store import KVStore
+from pask_agent.runtime.memory.kv_store import KVStore
 
 
 def history_demotions(
