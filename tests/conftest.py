@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import resource
+import time
 
 import pytest
 from hypothesis import settings
@@ -21,6 +23,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (through transformers) before tests/kernels is collected: set it here, before anything.
 if os.environ.get("PASK_KERNEL_DEVICE", "cpu") != "cuda":
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+_SUITE_STARTED = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the suite's wall time and peak memory, so CI's log shows both against the suite's
+    limits (20 minutes, 10 GB on the 2-core CI machine). ``ru_maxrss`` is KiB on Linux; the
+    children's figure is the largest single child (the wheel test's venv, CLI subprocesses)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    minutes = (time.monotonic() - _SUITE_STARTED) / 60
+    terminalreporter.write_line(
+        f"suite: {minutes:.1f} min wall, peak RSS {own:.2f} GiB (pytest) + "
+        f"{child:.2f} GiB (largest child), at most {own + child:.2f} GiB together"
+    )
 
 
 @pytest.fixture(scope="session")
