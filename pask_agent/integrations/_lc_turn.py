@@ -30,38 +30,29 @@ from pask_agent.integrations._lc_messages import (
 )
 from pask_agent.integrations._portal import RuntimeHost
 from pask_agent.runtime.runtime import Conversation, Runtime
-from pask_agent.runtime.turns.constraint import OutputSpec
 from pask_agent.runtime.turns.mixed_output import OutputSplitter
 from pask_agent.runtime.turns.outputs import schema_prompt
 from pask_agent.runtime.turns.results import ChatResult, Delta, ToolCall
 from pask_agent.runtime.turns.stops import stop_holdback
+from pask_agent.runtime.turns.turn import TurnRequest
 
 # Errors that a retry cannot fix: the request itself is wrong.
 _NOT_RETRYABLE = (ConfigError, SchemaError, ToolChoiceError)
 
 
 @dataclass(frozen=True, slots=True)
-class TurnRequest:
-    """Everything one turn needs, resolved from the model's fields and the call's kwargs."""
+class LcTurn:
+    """One LangChain call: the runtime's ``TurnRequest`` and what only LangChain adds (its
+    runtime host, ``response_format``, stop sequences, timeout, retries, conversation lease)."""
 
     host: RuntimeHost
     model_name: str
-    messages: tuple[dict[str, Any], ...]
-    tools: tuple[dict[str, Any], ...] | None
-    tool_choice: str
-    parallel_tool_calls: bool
+    turn: TurnRequest
     response_format: dict[str, Any] | None
-    policy: Any
-    budget: float | None
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
     stop: tuple[str, ...]
     timeout_s: float | None
     max_retries: int
     conversation_id: str | None
-    record_traces: str | None = None
     idle_s: float = 600.0  # the conversation's lease: released after this long unused
     thread_id: str | None = None  # the LangGraph thread the turn belongs to, if any
     saver: Any = None  # that thread's checkpointer (asked whether the thread still exists)
@@ -87,7 +78,7 @@ def conversation_key(
     return f"lc-{digest[:24]}"
 
 
-async def run_turn(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
+async def run_turn(rt: Runtime, req: LcTurn) -> AsyncIterator[ChatGenerationChunk]:
     """Stream one assistant turn as chunks; the last chunk carries usage and KV statistics.
 
     A failed attempt is retried (up to ``max_retries``) only while nothing was yielded yet.
@@ -108,18 +99,18 @@ async def run_turn(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGeneratio
             attempt += 1
 
 
-async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGenerationChunk]:
-    messages, spec, tools = _output(rt, req)
+async def _attempt(rt: Runtime, req: LcTurn) -> AsyncIterator[ChatGenerationChunk]:
+    turn = _bound(rt, req)
     if req.conversation_id is not None:
         req.host.lease_conversation(
             req.conversation_id, idle_s=req.idle_s, thread_id=req.thread_id, saver=req.saver
         )
     claimed = req.conversation_id is not None and req.host.claim_conversation(req.conversation_id)
     conversation = rt.conversation(req.conversation_id) if claimed else None
-    builder = _ChunkBuilder(req, tool_mode=bool(tools) and req.tool_choice != "none")
+    builder = _ChunkBuilder(req, tool_mode=bool(turn.tools) and turn.tool_choice != "none")
     limit = anyio.fail_after(req.timeout_s) if req.timeout_s else nullcontext()
     try:
-        items = _items(rt, req, messages, spec, tools, conversation)
+        items = _items(rt, turn, conversation)
         with limit:
             async with aclosing(items):  # closing the stream cancels the request at once
                 async for item in items:
@@ -139,20 +130,12 @@ async def _attempt(rt: Runtime, req: TurnRequest) -> AsyncIterator[ChatGeneratio
         if claimed:
             req.host.release_conversation(req.conversation_id)
     if builder.result is None:
-        ids, _, _ = rt.prepare(
-            messages, tools, req.tool_choice, req.parallel_tool_calls, labels=False
-        )
-        builder.prompt_tokens = len(ids)
+        builder.prompt_tokens = rt.prompt_tokens(turn)
     yield builder.final()
 
 
 async def _items(
-    rt: Runtime,
-    req: TurnRequest,
-    messages: list[dict[str, Any]],
-    spec: OutputSpec | None,
-    tools: list[dict[str, Any]] | None,
-    conversation: Conversation | None,
+    rt: Runtime, turn: TurnRequest, conversation: Conversation | None
 ) -> AsyncIterator[Delta | ChatResult]:
     """The runtime's stream, ending with the ChatResult (usage, KV statistics).
 
@@ -162,22 +145,7 @@ async def _items(
     """
 
     def open_stream(conv: Conversation | None) -> AsyncIterator[Delta | ChatResult]:
-        return rt.stream(
-            messages,
-            tools=tools,
-            tool_choice=req.tool_choice,
-            parallel_tool_calls=req.parallel_tool_calls,
-            policy=req.policy,
-            budget=req.budget,
-            max_new_tokens=req.max_new_tokens,
-            temperature=req.temperature,
-            top_p=req.top_p,
-            seed=req.seed,
-            conversation=conv,
-            spec=spec,
-            record_traces=req.record_traces,
-            with_result=True,
-        )
+        return rt.stream_turn(turn, conversation=conv, with_result=True)
 
     stream = open_stream(conversation)
     try:
@@ -193,14 +161,12 @@ async def _items(
             yield item
 
 
-def _output(
-    rt: Runtime, req: TurnRequest
-) -> tuple[list[dict[str, Any]], OutputSpec | None, list[dict[str, Any]] | None]:
-    """Messages, grammar and tools for the request; a ``response_format`` overrides tools."""
-    messages = list(req.messages)
+def _bound(rt: Runtime, req: LcTurn) -> TurnRequest:
+    """The runtime turn for the call: a ``response_format`` binds the answer to its schema
+    (with the instruction in the system message) and drops the tools."""
     fmt = req.response_format
     if fmt is None:
-        return messages, None, list(req.tools) if req.tools else None
+        return req.turn
     schema = fmt.get("schema")
     if fmt.get("type") == "json_object" and not isinstance(schema, dict):
         instruction = "Answer with a single JSON object and nothing else."
@@ -214,12 +180,13 @@ def _output(
             "response_format must be {'type': 'json_object'} or {'type': 'json_schema', "
             f"'schema': {{...}}}}, got {fmt!r}"
         )
+    messages = list(req.turn.messages)
     if messages and messages[0]["role"] == "system":
         first = messages[0]
         messages[0] = {**first, "content": f"{first.get('content') or ''}\n\n{instruction}"}
     else:
         messages.insert(0, {"role": "system", "content": instruction})
-    return messages, spec, None
+    return dataclasses.replace(req.turn, messages=tuple(messages), tools=None, spec=spec)
 
 
 # In ``tool_choice="auto"`` the grammar lets free text start with anything but ``{``/``[``,
@@ -268,7 +235,7 @@ class _ChunkBuilder:
     (``_WRAPPED_CALL_OPENINGS``) is held whole, to be salvaged as a call at the end.
     """
 
-    def __init__(self, req: TurnRequest, *, tool_mode: bool) -> None:
+    def __init__(self, req: LcTurn, *, tool_mode: bool) -> None:
         self.req = req
         # None until the answer's first non-blank characters tell a wrapped call from the rest
         self.wrapped: bool | None = None if tool_mode else False
@@ -316,8 +283,8 @@ class _ChunkBuilder:
     def final(self) -> ChatGenerationChunk:
         """The last chunk: remaining text and the tool calls, usage and response metadata."""
         result = self.result
-        if result is not None and self.is_call and not result.tool_calls and self.req.tools:
-            result = salvage_wrapped_call(result, self.req.tools)
+        if result is not None and self.is_call and not result.tool_calls and self.req.turn.tools:
+            result = salvage_wrapped_call(result, self.req.turn.tools)
         calls = tool_call_chunk_dicts(result) if result is not None else []
         if calls or self.stopped:
             rest = self.text[self.sent :]

@@ -46,9 +46,10 @@ from pask_agent.errors import ConfigError, ToolChoiceError
 from pask_agent.integrations._lc_messages import to_openai_messages
 from pask_agent.integrations._lc_threads import langgraph_thread, thread_key
 from pask_agent.integrations._lc_tools import format_tools, normalize_tool_choice
-from pask_agent.integrations._lc_turn import TurnRequest, conversation_key, run_turn
+from pask_agent.integrations._lc_turn import LcTurn, conversation_key, run_turn
 from pask_agent.integrations._portal import runtime_registry
 from pask_agent.policy.pask import TablePaskPolicy
+from pask_agent.runtime.turns.turn import TurnRequest
 
 _CALL_KWARGS = frozenset(
     {
@@ -315,7 +316,7 @@ class PaskChatModel(BaseChatModel):
 
     def _turn_request(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> TurnRequest:
+    ) -> LcTurn:
         unknown = set(kwargs) - _CALL_KWARGS
         if unknown:
             raise ConfigError(
@@ -348,25 +349,28 @@ class PaskChatModel(BaseChatModel):
         if conversation is None and self.reuse_prefix:
             conversation = conversation_key(model, policy, budget, openai_messages)
         max_tokens = kwargs.get("max_tokens", self.max_tokens)
-        return TurnRequest(
-            host=runtime_registry().host(model),
-            model_name=model,
+        turn = TurnRequest(
             messages=tuple(openai_messages),
             tools=tuple(tools) if tools else None,
             tool_choice=choice,
             parallel_tool_calls=bool(kwargs.get("parallel_tool_calls", self.parallel_tool_calls)),
-            response_format=kwargs.get("response_format"),
             policy=policy,
             budget=budget,
             max_new_tokens=DEFAULT_MAX_TOKENS if max_tokens is None else int(max_tokens),
             temperature=float(kwargs.get("temperature", self.temperature)),
             top_p=float(kwargs.get("top_p", self.top_p)),
             seed=kwargs.get("seed", self.seed),
+            record_traces=kwargs.get("record_traces", self.record_traces),
+        )
+        return LcTurn(
+            host=runtime_registry().host(model),
+            model_name=model,
+            turn=turn,
+            response_format=kwargs.get("response_format"),
             stop=tuple(stop if stop is not None else self.stop or ()),
             timeout_s=kwargs.get("timeout", self.timeout),
             max_retries=int(kwargs.get("max_retries", self.max_retries)),
             conversation_id=conversation,
-            record_traces=kwargs.get("record_traces", self.record_traces),
             idle_s=float(self.idle_timeout_s),
             thread_id=thread_id,
             saver=saver,

@@ -7,36 +7,13 @@ runtime owns the worker and the engine.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from pask_agent.errors import ConfigError
-from pask_agent.grammars.span_labels import CharSpan
-from pask_agent.policy.base import Policy
 from pask_agent.runtime.requests import SequenceState
-from pask_agent.runtime.turns.constraint import OutputSpec
 
 if TYPE_CHECKING:
     from pask_agent.runtime.runtime import Runtime
-
-
-class TurnOptions(TypedDict, total=False):
-    """The keyword options :meth:`Runtime.chat` passes on to :meth:`Runtime.stream`."""
-
-    tools: Sequence[Any] | None
-    tool_choice: str
-    parallel_tool_calls: bool
-    policy: str | Policy | None
-    budget: float | None
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
-    conversation: Conversation | None
-    spec: OutputSpec | None
-    label_spans: Callable[[str], list[CharSpan]] | None
-    ignore_eos: bool
-    record_traces: str | None
 
 
 class Conversation:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Unpack
+from typing import Any
 
 import anyio
 import jsonschema
@@ -25,7 +25,7 @@ from pask_agent.policy.registry import get_policy
 from pask_agent.policy.table import tokenizer_hash
 from pask_agent.record.traces import ModelId
 from pask_agent.runtime.config import RuntimeConfig
-from pask_agent.runtime.conversation import Conversation, TurnOptions
+from pask_agent.runtime.conversation import Conversation
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models.loading import LoadedModel, load_model, model_id_of, model_identity
@@ -34,6 +34,7 @@ from pask_agent.runtime.turns.constraint import OutputSpec
 from pask_agent.runtime.turns.outputs import OutputCompiler, schema_prompt
 from pask_agent.runtime.turns.prompting import prepare_turn
 from pask_agent.runtime.turns.results import ChatResult, Delta, Finished
+from pask_agent.runtime.turns.turn import TurnRequest
 from pask_agent.runtime.turns.turn_output import chat_result, record_turn
 
 
@@ -117,13 +118,8 @@ class Runtime:
             self._memo["identity"] = (model_id_of(self._loaded), tok_hash)
         return self._memo["identity"]
 
-    def _session(
-        self,
-        policy: str | Policy | None,
-        budget: float | None,
-        spec: OutputSpec | None = None,
-    ) -> Any:
-        chosen = self.default_policy if policy is None else _resolve_policy(policy)
+    def _session(self, chosen: Policy, budget: float | None, spec: OutputSpec | None = None) -> Any:
+        """A policy session for one request (the ledger's owner), on this model's costs."""
         env = PolicyEnv(
             self.costs,
             self.engine.config.sinks,
@@ -132,7 +128,7 @@ class Runtime:
             *self._served_identity(),
             answer_family=None if spec is None else spec.tag_family,
         )
-        return chosen, chosen.start(env)
+        return chosen.start(env)
 
     def _request(
         self,
@@ -176,13 +172,33 @@ class Runtime:
         )  # fmt: skip
         return turn.prompt_ids, turn.labels, turn.spec
 
+    def prompt_tokens(self, turn: TurnRequest) -> int:
+        """The tokens a turn's prompt renders to: what usage reports for a turn cut (by a stop
+        sequence or a timeout) before the runtime's own result came."""
+        tools = list(turn.tools) if turn.tools is not None else None
+        ids, _, _ = self.prepare(
+            turn.messages, tools, turn.tool_choice, turn.parallel_tool_calls, labels=False
+        )
+        return len(ids)
+
     async def chat(
-        self, messages: Sequence[dict[str, Any]], **options: Unpack[TurnOptions]
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        conversation: Conversation | None = None,
+        **options: Any,
     ) -> ChatResult:
-        """One assistant turn (options as for :meth:`stream`). Tool calls come back in
-        ``result.message["tool_calls"]``."""
+        """One assistant turn; ``options`` are :class:`TurnRequest`'s fields (``tools``,
+        ``tool_choice``, ``policy``, ``budget``, ``max_new_tokens``, ...). Tool calls come back
+        in ``result.message["tool_calls"]``."""
+        return await self.chat_turn(TurnRequest.of(messages, **options), conversation=conversation)
+
+    async def chat_turn(
+        self, turn: TurnRequest, *, conversation: Conversation | None = None
+    ) -> ChatResult:
+        """:meth:`chat` for a ready ``TurnRequest`` (what the server and LangChain build)."""
         result = None
-        async for item in self.stream(messages, with_result=True, **options):
+        async for item in self.stream_turn(turn, conversation=conversation, with_result=True):
             if isinstance(item, ChatResult):
                 result = item
         if result is None:
@@ -193,36 +209,43 @@ class Runtime:
         self,
         messages: Sequence[dict[str, Any]],
         *,
-        tools: Sequence[Any] | None = None,
-        tool_choice: str = "auto",
-        parallel_tool_calls: bool = True,
-        policy: str | Policy | None = None,
-        budget: float | None = None,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
         conversation: Conversation | None = None,
-        spec: OutputSpec | None = None,
-        label_spans: Callable[[str], list[CharSpan]] | None = None,
-        ignore_eos: bool = False,
-        record_traces: str | None = None,
+        with_result: bool = False,
+        **options: Any,
+    ) -> AsyncIterator[Delta | ChatResult]:
+        """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked);
+        ``options`` as for :meth:`chat`."""
+        turn = TurnRequest.of(messages, **options)
+        async for item in self.stream_turn(
+            turn, conversation=conversation, with_result=with_result
+        ):
+            yield item
+
+    async def stream_turn(
+        self,
+        turn: TurnRequest,
+        *,
+        conversation: Conversation | None = None,
         with_result: bool = False,
     ) -> AsyncIterator[Delta | ChatResult]:
-        """Yield ``Delta`` pieces as tokens are accepted (and the ``ChatResult`` if asked).
+        """Serve one turn: the policy is resolved and the prompt planned once, here.
 
-        ``record_traces`` appends this turn to a trace file (default:
+        ``turn.record_traces`` appends this turn to a trace file (default:
         ``RuntimeConfig.record_traces``)."""
-        params = SamplingParams(max_new_tokens, temperature, top_p, seed, ignore_eos)
-        chosen = self.default_policy if policy is None else _resolve_policy(policy)
-        ids, labels, tool_spec = self.prepare(
-            messages, tools, tool_choice, parallel_tool_calls, chosen.needs_labels, label_spans
+        params = SamplingParams(
+            turn.max_new_tokens, turn.temperature, turn.top_p, turn.seed, turn.ignore_eos
         )
-        spec = spec or tool_spec
+        chosen = self.default_policy if turn.policy is None else _resolve_policy(turn.policy)
+        tools = list(turn.tools) if turn.tools is not None else None
+        ids, labels, tool_spec = self.prepare(
+            turn.messages, tools, turn.tool_choice, turn.parallel_tool_calls,
+            chosen.needs_labels, turn.label_spans,
+        )  # fmt: skip
+        spec = turn.spec or tool_spec
         # the policy plans the prompt knowing which kind of answer may follow
-        chosen, session = self._session(chosen, budget, spec)
+        session = self._session(chosen, turn.budget, spec)
         # never queue what cannot run, measured by what this policy would keep
-        self.engine.check_request(len(ids), max_new_tokens, session, labels)
+        self.engine.check_request(len(ids), turn.max_new_tokens, session, labels)
         if conversation is not None:
             state = conversation._acquire(self, session)
             keep = True
@@ -239,11 +262,11 @@ class Runtime:
                         raise event.error
                     elif isinstance(event, Finished):
                         finished = True
-                        trace_file = record_traces or self.engine.config.record_traces
+                        trace_file = turn.record_traces or self.engine.config.record_traces
                         if trace_file:
                             record_turn(
-                                trace_file, self.model_id, messages, tools, tool_choice,
-                                parallel_tool_calls, spec, event,
+                                trace_file, self.model_id, turn.messages, tools, turn.tool_choice,
+                                turn.parallel_tool_calls, spec, event,
                             )  # fmt: skip
                         if with_result:
                             yield chat_result(event, spec)
@@ -341,7 +364,7 @@ class Runtime:
         PolicyTableError
             The policy's table names another model or tokenizer.
         """
-        self._session(policy, budget)
+        self._session(self.default_policy if policy is None else _resolve_policy(policy), budget)
 
     @property
     def queue_depth(self) -> int:

@@ -171,7 +171,7 @@ async def chat_completions(request: Request) -> TurnResponse:
         st.metrics.status(exc.status)
         raise
     stamp = responses.Stamp(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), spec.model)
-    policy = spec.policy or st.settings.policy
+    policy = spec.turn.policy or st.settings.policy
     turn = ChatTurn(st.rt, spec, stamp=stamp, metrics=st.metrics, policy=policy)
     return TurnResponse(turn, st.metrics)
 

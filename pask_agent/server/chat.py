@@ -14,6 +14,7 @@ then marks the request cancelled and the engine frees its KV at its next step.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -44,7 +45,7 @@ class ChatTurn:
         policy: str,
     ) -> None:
         self.rt, self.spec, self.stamp, self.metrics = rt, spec, stamp, metrics
-        self.policy = spec.policy or policy
+        self.policy = policy
         self.answer = AnswerPieces(stop=spec.stop, calls_allowed=spec.tool_mode)
         self.completion_tokens = 0
         self.result: ChatResult | None = None
@@ -70,21 +71,8 @@ class ChatTurn:
                     409, f"conversation {spec.conversation_id!r} already has a turn running; "
                     "wait for it or use another conversation_id", code="conversation_busy",
                 )  # fmt: skip
-        self._items = rt.stream(
-            list(spec.messages),
-            tools=list(spec.tools) if spec.tools is not None else None,
-            tool_choice=spec.tool_choice,
-            parallel_tool_calls=spec.parallel_tool_calls,
-            policy=spec.policy,
-            budget=spec.budget,
-            max_new_tokens=spec.max_new_tokens,
-            temperature=spec.temperature,
-            top_p=spec.top_p,
-            seed=spec.seed,
-            conversation=conversation,
-            spec=output,
-            with_result=True,
-        )
+        turn = dataclasses.replace(spec.turn, spec=output)
+        self._items = rt.stream_turn(turn, conversation=conversation, with_result=True)
         self._first = await anext(self._items)
 
     async def pieces(self) -> AsyncIterator[dict[str, Any]]:
@@ -123,13 +111,9 @@ class ChatTurn:
         if usage is not None:
             prompt, completion = usage.prompt_tokens, usage.completion_tokens
         else:  # cut by a stop sequence: count the prompt the way the runtime rendered it
-            spec = self.spec
-            ids, _, _ = self.rt.prepare(
-                list(spec.messages), list(spec.tools) if spec.tools is not None else None,
-                spec.tool_choice, spec.parallel_tool_calls, labels=False,
-            )  # fmt: skip
-            prompt, completion = len(ids), self.completion_tokens
-        budget = self.spec.budget if self.spec.budget is not None else self.rt.default_budget
+            prompt, completion = self.rt.prompt_tokens(self.spec.turn), self.completion_tokens
+        budget = self.spec.turn.budget
+        budget = budget if budget is not None else self.rt.default_budget
         return responses.usage_dict(
             usage,
             prompt_tokens=prompt,

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pask_agent.runtime.turns.outputs import schema_prompt
+from pask_agent.runtime.turns.turn import TurnRequest
 from pask_agent.server.errors import APIError, bad_request
 
 JSON_OBJECT_INSTRUCTION = "Answer with a single JSON object and nothing else."
@@ -53,33 +54,26 @@ class ChatCompletionBody(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class TurnSpec:
-    """What one chat completion asks of the runtime, translated and checked.
+    """One chat completion, translated and checked: the runtime's ``TurnRequest`` and what only
+    the HTTP protocol adds to it.
 
     ``output_schema`` is the JSON Schema a ``response_format`` binds the answer to (``None``:
-    tools or free text); its instruction is already in ``messages``.
+    tools or free text); its instruction is already in ``turn.messages``. The grammar is
+    compiled from it by the runtime that serves the turn.
     """
 
     model: str
-    messages: tuple[dict[str, Any], ...]
-    tools: tuple[dict[str, Any], ...] | None
-    tool_choice: str
-    parallel_tool_calls: bool
+    turn: TurnRequest
     output_schema: dict[str, Any] | None
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int | None
     stop: tuple[str, ...]
     stream: bool
     include_usage: bool
-    policy: str | None
-    budget: float | None
     conversation_id: str | None
 
     @property
     def tool_mode(self) -> bool:
         """True when the answer may be tool calls (it is then read as calls or text)."""
-        return self.tools is not None and self.tool_choice != "none"
+        return self.turn.tools is not None and self.turn.tool_choice != "none"
 
 
 def parse_body(raw: bytes, *, default_max_tokens: int, default_temperature: float) -> TurnSpec:
@@ -120,22 +114,25 @@ def parse_body(raw: bytes, *, default_max_tokens: int, default_temperature: floa
     if len(stop) > 4:
         raise bad_request("stop takes at most 4 sequences", param="stop")
     options = body.stream_options or {}
-    return TurnSpec(
-        model=body.model,
+    turn = TurnRequest(
         messages=tuple(messages),
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=True if body.parallel_tool_calls is None else body.parallel_tool_calls,
-        output_schema=schema,
+        policy=body.pask_policy,
+        budget=body.pask_budget,
         max_new_tokens=body.max_completion_tokens or body.max_tokens or default_max_tokens,
         temperature=default_temperature if body.temperature is None else body.temperature,
         top_p=1.0 if body.top_p is None else body.top_p,
         seed=body.seed,
+    )
+    return TurnSpec(
+        model=body.model,
+        turn=turn,
+        output_schema=schema,
         stop=tuple(s for s in stop if s),
         stream=body.stream,
         include_usage=bool(body.stream and options.get("include_usage")),
-        policy=body.pask_policy,
-        budget=body.pask_budget,
         conversation_id=body.conversation_id,
     )
 

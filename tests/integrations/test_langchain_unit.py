@@ -18,11 +18,12 @@ from pask_agent.errors import ConfigError, SchemaError, ToolChoiceError
 from pask_agent.grammars.tool_spec import tool_specs
 from pask_agent.integrations._lc_messages import to_openai_messages
 from pask_agent.integrations._lc_tools import normalize_tool_choice
-from pask_agent.integrations._lc_turn import TurnRequest, _ChunkBuilder, salvage_wrapped_call
+from pask_agent.integrations._lc_turn import LcTurn, _ChunkBuilder, salvage_wrapped_call
 from pask_agent.integrations._portal import runtime_registry
 from pask_agent.integrations.langchain import PaskChatModel
 from pask_agent.runtime.turns.outputs import parse_tool_calls
 from pask_agent.runtime.turns.results import ChatResult, Delta, Usage
+from pask_agent.runtime.turns.turn import TurnRequest
 
 
 class TestPaskChatModelUnit(ChatModelUnitTests):
@@ -176,21 +177,14 @@ def test_stop_sequence_cuts_text_across_deltas() -> None:
     assert final.message.usage_metadata["output_tokens"] == 3  # the stop was in the 3rd
 
 
-def _request(stop: tuple[str, ...], tools: tuple[dict[str, Any], ...] | None = None) -> TurnRequest:
-    return TurnRequest(
+def _request(stop: tuple[str, ...], tools: tuple[dict[str, Any], ...] | None = None) -> LcTurn:
+    return LcTurn(
         host=runtime_registry().host("default"),  # not started: hosts start on first call
         model_name="default",
-        messages=({"role": "user", "content": "hi"},),
-        tools=tools,
-        tool_choice="auto",
-        parallel_tool_calls=True,
+        turn=TurnRequest(
+            ({"role": "user", "content": "hi"},), tools=tools, policy="full", max_new_tokens=8
+        ),
         response_format=None,
-        policy="full",
-        budget=None,
-        max_new_tokens=8,
-        temperature=0.0,
-        top_p=1.0,
-        seed=None,
         stop=stop,
         timeout_s=None,
         max_retries=0,

@@ -44,23 +44,28 @@ def status_of(**body: object) -> tuple[int, str | None]:
 
 def test_defaults_and_aliases() -> None:
     spec = parse(max_tokens=7)
-    assert (spec.max_new_tokens, spec.temperature, spec.top_p, spec.tool_choice) == (
+    assert (
+        spec.turn.max_new_tokens,
+        spec.turn.temperature,
+        spec.turn.top_p,
+        spec.turn.tool_choice,
+    ) == (
         7,
         0,
         1,
         "auto",
     )
-    assert parse(max_tokens=7, max_completion_tokens=5).max_new_tokens == 5
-    assert parse().max_new_tokens == 99
+    assert parse(max_tokens=7, max_completion_tokens=5).turn.max_new_tokens == 5
+    assert parse().turn.max_new_tokens == 99
     assert parse(stop="END").stop == ("END",)
     named = {"type": "function", "function": {"name": "get_weather"}}
-    assert parse(tools=[WEATHER], tool_choice=named).tool_choice == "get_weather"
-    assert parse(tools=[WEATHER]).parallel_tool_calls is True
-    assert parse(tools=[WEATHER], parallel_tool_calls=False).parallel_tool_calls is False
+    assert parse(tools=[WEATHER], tool_choice=named).turn.tool_choice == "get_weather"
+    assert parse(tools=[WEATHER]).turn.parallel_tool_calls is True
+    assert parse(tools=[WEATHER], parallel_tool_calls=False).turn.parallel_tool_calls is False
     assert parse(stream=True, stream_options={"include_usage": True}).include_usage is True
     assert parse(stream_options={"include_usage": True}).include_usage is False
     dev = parse(messages=[{"role": "developer", "content": [{"type": "text", "text": "be"}]}])
-    assert dev.messages[0] == {"role": "system", "content": "be"}
+    assert dev.turn.messages[0] == {"role": "system", "content": "be"}
 
 
 def test_history_tool_call_arguments_become_objects() -> None:
@@ -72,25 +77,25 @@ def test_history_tool_call_arguments_become_objects() -> None:
             {"role": "tool", "content": "2", "tool_call_id": "c1"},
         ]
     )
-    assert spec.messages[1]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
-    assert spec.messages[1]["content"] == ""
-    assert spec.messages[2]["tool_call_id"] == "c1"
+    assert spec.turn.messages[1]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    assert spec.turn.messages[1]["content"] == ""
+    assert spec.turn.messages[2]["tool_call_id"] == "c1"
 
 
 def test_response_formats_add_their_instruction() -> None:
     spec = parse(response_format={"type": "json_object"})
     assert spec.output_schema == {"type": "object"}
-    assert spec.messages[0] == {"role": "system", "content": JSON_OBJECT_INSTRUCTION}
+    assert spec.turn.messages[0] == {"role": "system", "content": JSON_OBJECT_INSTRUCTION}
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
     spec = parse(
         messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "u"}],
         response_format=fmt,
     )
-    assert spec.output_schema == schema and spec.tools is None
+    assert spec.output_schema == schema and spec.turn.tools is None
     assert (
-        spec.messages[0]["content"].startswith("S\n\n")
-        and "- n: integer" in spec.messages[0]["content"]
+        spec.turn.messages[0]["content"].startswith("S\n\n")
+        and "- n: integer" in spec.turn.messages[0]["content"]
     )
 
 
