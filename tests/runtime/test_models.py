@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pask_agent.errors import ModelHashMismatchError, ModelNotAvailableError
-from pask_agent.runtime.models.loading import BundledModel, load_model, resolve_model_dir
 from pask_agent.runtime.models import loading as models
+from pask_agent.runtime.models.loading import BundledModel, load_model, resolve_model_dir
 
 
 def test_unknown_model_names_the_choices() -> None:
