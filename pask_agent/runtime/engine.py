@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from typing import Any
 
 import torch
 
@@ -29,7 +28,6 @@ from pask_agent.errors import PaskError
 from pask_agent.grammars.token_text import TokenTextStream
 from pask_agent.policy.base import Demotion, PolicySession
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.full import FullPolicy
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
 from pask_agent.runtime.logit_masks import LogitMasks
@@ -108,29 +106,21 @@ class Engine:
     def new_sequence(self, session: PolicySession) -> SequenceState:
         return SequenceState(f"seq-{next(self._ids)}", session)
 
-    def check_request(
-        self,
-        prompt_tokens: int,
-        max_new_tokens: int,
-        session: Any = None,
-        labels: list[str] | None = None,
-    ) -> None:
+    def check_request(self, r: Request) -> None:
         """Refuse, before it queues, a request that could never run (``runtime/limits.py``).
 
-        Its demand is what ``session`` would keep of a fresh prompt (Full KV without one).
+        Plans its prompt as a fresh one, which is its demand alone; admission keeps this plan
+        unless the request turns out to reuse a conversation's prefix (then it plans again,
+        for the tokens it reuses). Called on the caller's thread: it reads no store state.
 
         Raises
         ------
         RequestTooLargeError
             It exceeds the model's context or, alone, ``kv_capacity_bytes``.
         """
-        check_context(prompt_tokens, max_new_tokens, self.context_tokens)
-        labels = labels or ["protected_content"] * prompt_tokens
-        if session is None:
-            session = FullPolicy().start(None)  # type: ignore[arg-type]
-        cfg = self.config
-        rows, _ = plan_rows(session, labels, max_new_tokens, self.costs, cfg.sinks, cfg.window)
-        check_kv_capacity(rows_bytes(rows, self.costs), self.capacity_bytes)
+        check_context(len(r.prompt_ids), r.params.max_new_tokens, self.context_tokens)
+        self._plan(r, keep=0)
+        check_kv_capacity(r.demand_bytes, self.capacity_bytes)
 
     def run(self, requests: list[Request]) -> list[Finished | Failed]:
         """Queue ``requests`` and step until every one has ended; their ends, in order.
@@ -202,19 +192,23 @@ class Engine:
         return min(keep, len(r.prompt_ids) - 1)  # at least one token must run to get logits
 
     def _reserve_for(self, r: Request) -> int:
-        """The request's demand; plans its prompt once (again only if its reuse changed)."""
+        """The request's demand: its plan, made again only if its reuse changed."""
         keep = self._reuse(r)
         if r.plan is None or r.plan_keep != keep:
-            st, cfg, new = r.state, self.config, r.params.max_new_tokens
-            labels = r.labels or ["protected_content"] * len(r.prompt_ids)
-            rows, r.plan = plan_rows(
-                st.session, labels, new, self.costs, cfg.sinks, cfg.window, keep
-            )
-            replans = r.labels is not None and r.policy.needs_labels  # history_plan.py
-            r.demand_rows = rows + kept_rows(self.store, st.seq_id, keep, replans=replans)
-            r.demand_bytes = rows_bytes(r.demand_rows, self.costs)
-            r.plan_keep = keep
+            self._plan(r, keep)
         return r.demand_bytes
+
+    def _plan(self, r: Request, keep: int) -> None:
+        """Plan the whole prompt (the ``keep`` reused tokens included) and reserve its rows."""
+        st, cfg = r.state, self.config
+        labels = r.labels or ["protected_content"] * len(r.prompt_ids)
+        rows, r.plan = plan_rows(
+            st.session, labels, r.params.max_new_tokens, self.costs, cfg.sinks, cfg.window, keep
+        )
+        replans = r.labels is not None and r.policy.needs_labels  # history_plan.py
+        r.demand_rows = rows + kept_rows(self.store, st.seq_id, keep, replans=replans)
+        r.demand_bytes = rows_bytes(r.demand_rows, self.costs)
+        r.plan_keep = keep
 
     def _start(self, r: Request) -> None:
         st = r.state
@@ -227,7 +221,7 @@ class Engine:
         st.ids_in_store = st.ids_in_store[:keep]
         r.prefill_pos = r.reused = keep
         if r.plan is None or r.plan_keep != keep:
-            self._reserve_for(r)
+            self._plan(r, keep)
         plan = r.plan or []
         if keep and r.labels is not None and r.policy.needs_labels:  # history_plan.py
             for d in history_demotions(self.store, st.seq_id, plan, keep):

@@ -29,7 +29,7 @@ from pask_agent.runtime.conversation import Conversation
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models.loading import LoadedModel, load_model, model_id_of, model_identity
-from pask_agent.runtime.requests import Failed, Request, SamplingParams, SequenceState
+from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.constraint import OutputSpec
 from pask_agent.runtime.turns.outputs import OutputCompiler, schema_prompt
 from pask_agent.runtime.turns.prompting import prepare_turn
@@ -130,22 +130,12 @@ class Runtime:
         )
         return chosen.start(env)
 
-    def _request(
-        self,
-        prompt_ids: list[int],
-        labels: list[str] | None,
-        spec: OutputSpec,
-        params: SamplingParams,
-        state: SequenceState,
-        keep: bool,
-        policy: Policy,
-    ) -> tuple[Request, MemoryObjectReceiveStream]:
+    def _submit(self, request: Request) -> MemoryObjectReceiveStream:
         send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=float("inf"))
-        request = Request(prompt_ids, labels, spec, params, state, policy, keep_sequence=keep)
         request.channel = send  # type: ignore[attr-defined]
         self.engine.inbox.append(request)
         self._wake.set()
-        return request, receive
+        return receive
 
     # ------------------------------------------------------------------ public API
     @property
@@ -244,14 +234,19 @@ class Runtime:
         spec = turn.spec or tool_spec
         # the policy plans the prompt knowing which kind of answer may follow
         session = self._session(chosen, turn.budget, spec)
-        # never queue what cannot run, measured by what this policy would keep
-        self.engine.check_request(len(ids), turn.max_new_tokens, session, labels)
         if conversation is not None:
-            state = conversation._acquire(self, session)
-            keep = True
+            state, keep = conversation._acquire(self, session), True
         else:
             state, keep = self.engine.new_sequence(session), False
-        request, receive = self._request(ids, labels, spec, params, state, keep, chosen)
+        request = Request(ids, labels, spec, params, state, chosen, keep_sequence=keep)
+        try:
+            # never queue what cannot run, measured by what this policy would keep; the plan
+            # made here is the one admission uses
+            self.engine.check_request(request)
+        except BaseException:
+            state.busy = False
+            raise
+        receive = self._submit(request)
         finished = False
         try:
             async with receive:

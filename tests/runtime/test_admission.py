@@ -145,12 +145,34 @@ def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:
     full = _full_demand(probe, len(ids))
     assert demand < full / 2  # what PASK keeps at 0.33, window and reserve included
     between = Engine(tiny, RuntimeConfig(kv_capacity_bytes=(demand + full) // 2))
-    between.check_request(len(ids), NEW, _session(between, pask), labels)  # fits compressed
+    between.check_request(_request(between, pask, ids, labels))  # fits compressed
     with pytest.raises(RequestTooLargeError, match="could never be admitted"):
-        between.check_request(len(ids), NEW, _session(between, FullPolicy()), labels)
+        between.check_request(_request(between, FullPolicy(), ids, labels))
     tight = Engine(tiny, RuntimeConfig(kv_capacity_bytes=demand - 1))
     with pytest.raises(RequestTooLargeError, match="could never be admitted"):
-        tight.check_request(len(ids), NEW, _session(tight, pask), labels)
+        tight.check_request(_request(tight, pask, ids, labels))
+
+
+def test_a_request_is_planned_once_from_its_check_to_its_end(tiny) -> None:
+    """The plan made when a request is checked is the one admission reserves and the store
+    carries out: the policy plans the prompt once per request (twice before)."""
+    engine = Engine(tiny, RuntimeConfig(kv_capacity_bytes=64 << 20))
+    ids, labels = _prompt(tiny)
+    r = _request(engine, HandWrittenPaskPolicy(allow_transfer=True), ids, labels)
+    session, planned = r.state.session, []
+    plan_prefill = session.plan_prefill
+
+    def counted(prompt_labels):
+        planned.append(len(prompt_labels))
+        return plan_prefill(prompt_labels)
+
+    session.plan_prefill = counted
+    engine.check_request(r)
+    checked_plan = r.plan
+    (end,) = engine.run([r])
+    assert isinstance(end, Finished)
+    assert planned == [len(ids)]
+    assert r.plan is checked_plan
 
 
 def test_a_reused_turn_plans_its_suffix_as_part_of_the_whole_prompt(tiny) -> None:
