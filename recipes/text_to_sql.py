@@ -13,7 +13,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from pask_agent.integrations.sql import SqlAnswer, SQLiteAssistant
+from pask_agent.integrations.sql import SQLiteAssistant
+from pask_agent.integrations.sql_answer import SqlAnswer
 from pask_agent.runtime.runtime import Runtime
 
 SHOP = Path(__file__).resolve().parent / "data" / "shop.sqlite"

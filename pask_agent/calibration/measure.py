@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from pask_agent.calibration.interventions import Interventions
 from pask_agent.calibration.replay import ReplayedTrace
-from pask_agent.calibration.teacher import H, Interventions, L, R, TraceContext
+from pask_agent.calibration.teacher import H, L, R, TraceContext
 from pask_agent.grammars.tags import SPAN_LABELS
 
 STAGES = ("decode", "prefill")

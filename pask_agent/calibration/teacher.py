@@ -25,179 +25,23 @@ free-running FP32 decoding is measured by ``pask-agent calibrate --check-agreeme
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import xgrammar as xgr
 
+from pask_agent.calibration.interventions import (
+    Interventions,
+    ReplayOutcome,
+    answer_keys,
+    choose_with_continue_rule,
+)
+from pask_agent.calibration.model_parts import ModelParts, stored_high, stored_low
 from pask_agent.calibration.replay import ReplayedTrace
-from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
-from pask_agent.policy.actions import Action, LayerGroups
+from pask_agent.policy.actions import Action
 
 H, L, R = int(Action.H), int(Action.L), int(Action.R)
-
-
-def _stored_high(x: torch.Tensor) -> torch.Tensor:
-    """What the store hands back for a high row: a BF16 copy (identity when computing in BF16)."""
-    return x if x.dtype == torch.bfloat16 else x.to(torch.bfloat16).to(x.dtype)
-
-
-def _stored_low(x: torch.Tensor) -> torch.Tensor:
-    """What the store hands back for an INT4 row: quantized, then dequantized (App. B.5)."""
-    codes, scales = quantize_int4_ref(x)
-    return dequantize_int4_ref(codes, scales, x.shape[-1], dtype=x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-@dataclass(frozen=True)
-class ModelParts:
-    """The pieces of a decoder-only transformers model the replay runs layer by layer."""
-
-    embed: Any
-    layers: Any
-    norm: Any
-    lm_head_weight: torch.Tensor  # [V, d]
-    rotary: Any
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    groups: LayerGroups
-    dtype: torch.dtype
-    # [layers, Hkv, D]: what the store centers INT4-stored keys on (runtime/models/key_offsets.py);
-    # None: keys quantized as they are
-    key_offsets: torch.Tensor | None = None
-
-    @classmethod
-    def of(cls, model: Any, key_offsets: torch.Tensor | None = None) -> ModelParts:
-        cfg = model.config
-        heads = int(cfg.num_attention_heads)
-        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
-        return cls(
-            embed=model.model.embed_tokens,
-            layers=model.model.layers,
-            norm=model.model.norm,
-            lm_head_weight=model.lm_head.weight,
-            rotary=model.model.rotary_emb,
-            num_heads=heads,
-            num_kv_heads=int(cfg.num_key_value_heads),
-            head_dim=head_dim,
-            groups=LayerGroups.for_layers(len(model.model.layers)),
-            dtype=next(model.parameters()).dtype,
-            key_offsets=None if key_offsets is None else key_offsets.to(next(model.parameters())),
-        )
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.layers)
-
-    def low_keys(self, layer: int, k: torch.Tensor) -> torch.Tensor:
-        """Keys ``[.., Hkv, D]`` as an INT4 row hands them back: centered as the store keeps
-        a PASK request's keys, quantized, dequantized, and moved back (the shift cancels in
-        the softmax, so only the quantization error remains)."""
-        if self.key_offsets is None:
-            return _stored_low(k)
-        mu = self.key_offsets[layer].to(k.dtype)
-        return _stored_low(k - mu) + mu
-
-    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x [..., T, heads, D]; cos/sin [T, D]
-        return x * cos[:, None, :] + _rotate_half(x) * sin[:, None, :]
-
-    def qkv(
-        self, layer: int, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Normed input → RoPE'd ``q [.., T, Hq, D]``, ``k``, ``v [.., T, Hkv, D]``."""
-        attn = self.layers[layer].self_attn
-        shape = (*x.shape[:-1], -1, self.head_dim)
-        q = self.rope(attn.q_proj(x).view(shape), cos, sin)
-        k = self.rope(attn.k_proj(x).view(shape), cos, sin)
-        return q, k, attn.v_proj(x).view(shape)
-
-
-def answer_keys(candidates: list[list[str]], continuations: list[str]) -> np.ndarray:
-    """``[T, K]`` ids such that two candidates of a decision share an id iff choosing either
-    leaves the answer's text unchanged, as far as that one decision can tell.
-
-    ``candidates[t]`` are the texts of decision ``t``'s candidates, the recorded choice first;
-    ``continuations[t]`` is the recorded text from that choice on. Two kinds of difference are
-    not changes: whitespace only (JSON ignores it), and a candidate whose text starts the
-    recorded continuation (``"}}"`` where ``"}},"`` was recorded, ``"cal"`` where ``"calc"``
-    was): the same text split into other tokens, which free-running decoding completes the
-    same way. Measured on 200 (trace, probe) pairs: 34 of the 38 proxy flips that free-running
-    decoding did not confirm were such re-tokenizations, against 3 of the 62 it did confirm
-    (results/calibration_agreement.md).
-    """
-    keys = np.zeros((len(candidates), len(candidates[0]) if candidates else 0), dtype=np.int64)
-    for t, texts in enumerate(candidates):
-        seen: dict[str, int] = {}
-        for j, piece in enumerate(texts):
-            if j > 0 and piece and continuations[t].startswith(piece):
-                keys[t, j] = keys[t, 0]
-            else:
-                keys[t, j] = seen.setdefault(piece.strip(), len(seen))
-    return keys
-
-
-def choose_with_continue_rule(
-    logits: torch.Tensor,
-    at: torch.Tensor,
-    real: torch.Tensor,
-    is_next: torch.Tensor,
-    is_close: torch.Tensor,
-    tau: float,
-) -> torch.Tensor:
-    """Each row's choice among the candidates (``logits [N, T, K]``), with the runtime's
-    continue-calls rule (``RuntimeConfig.continue_calls_at``) applied to that row's own
-    probabilities at the between-calls positions ``at``: where a row gives another call at
-    least ``tau``, closing the array is not an option for it. ``real``, ``is_next`` and
-    ``is_close`` (``[len(at), K]``) say which candidates are legal tokens, start another call,
-    and close the array."""
-    logits = logits.clone()
-    sub = logits[:, at].masked_fill(~real[None], float("-inf"))
-    p_next = (torch.softmax(sub, dim=-1) * is_next[None]).sum(-1)  # [N, len(at)]
-    block = (p_next >= tau)[..., None] & is_close[None]
-    logits[:, at] = logits[:, at].masked_fill(block, float("-inf"))
-    return logits.argmax(-1)
-
-
-@dataclass(frozen=True)
-class Interventions:
-    """A batch of interventions on one trace (row 0 must be the all-H control).
-
-    ``prompt`` and ``output`` hold ``int8 [N, 3, P]`` / ``[N, 3, T]`` actions per layer group
-    (None: all H). ``start_layer`` is the first layer any row changes; ``first_query`` the
-    first output position whose attention can see a degraded key in any row.
-    """
-
-    prompt: np.ndarray | None
-    output: np.ndarray | None
-    start_layer: int
-    first_query: int
-
-    @property
-    def rows(self) -> int:
-        arr = self.prompt if self.prompt is not None else self.output
-        assert arr is not None
-        return int(arr.shape[0])
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    """What a batch of interventions did.
-
-    ``flipped[n]``: row ``n`` changed the checked output somewhere (row 0 is always False).
-    ``distortion[n]``: ``Σ_u Σ_ℓ max_h ‖o_ctrl − o_n‖²`` over recomputed query positions and
-    the layers of ``distortion_layers`` (the intervened group's).
-    """
-
-    flipped: np.ndarray
-    distortion: np.ndarray
 
 
 class TraceContext:
@@ -258,10 +102,10 @@ class TraceContext:
             ).transpose(0, 1)
             h = h + block.self_attn.o_proj(out.reshape(n_p, -1))
             h = h + block.mlp(block.post_attention_layernorm(h))
-            self.kp_hi.append(_stored_high(k))
-            self.vp_hi.append(_stored_high(v))
+            self.kp_hi.append(stored_high(k))
+            self.vp_hi.append(stored_high(v))
             self.kp_lo.append(parts.low_keys(layer, k))
-            self.vp_lo.append(_stored_low(v))
+            self.vp_lo.append(stored_low(v))
         # Control run over the answer: every later batch restarts from these hidden states.
         self.ctrl_in: list[torch.Tensor] = []  # [T, d] input of each layer
         self.ctrl_k: list[torch.Tensor] = []
@@ -490,7 +334,7 @@ class TraceContext:
         sp[..., shield] = torch.where(near, s_near, sp[..., shield])
         # ---- answer keys (causal): the band within `window` of each query is shielded
         # the answer's keys as stored (a query's own key is in the store by then as well)
-        k, v = _stored_high(k), _stored_high(v)
+        k, v = stored_high(k), stored_high(v)
         ko, vo, gone_o = self._stored(layer, k, v, None, None, output_modes, per_row=True)
         so = torch.einsum("nkgtd,nskd->nkgts", qg, ko)
         if gone_o is not None:
@@ -534,7 +378,7 @@ class TraceContext:
         m = torch.from_numpy(np.ascontiguousarray(modes, dtype=np.int8))  # [N, keys]
         low = (m == L)[..., None, None]
         if k_lo is None and bool(low.any()):
-            k_lo, v_lo = self.parts.low_keys(layer, k_hi), _stored_low(v_hi)
+            k_lo, v_lo = self.parts.low_keys(layer, k_hi), stored_low(v_hi)
         k_rows = k_hi if per_row else k_hi[None]
         v_rows = v_hi if per_row else v_hi[None]
         if k_lo is not None:

@@ -21,8 +21,9 @@ from pask_agent.calibration.measure import (
     probe_flipped,
     trace_counts,
 )
+from pask_agent.calibration.model_parts import ModelParts
 from pask_agent.calibration.replay import TraceReplayer
-from pask_agent.calibration.teacher import ModelParts, TraceContext
+from pask_agent.calibration.teacher import TraceContext
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.record.traces import Trace

@@ -45,7 +45,8 @@ from sqlglot import exp
 from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
 from pask_agent.grammars.sql.schema import SqlSchema
-from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SqlAnswer, SQLiteAssistant
+from pask_agent.integrations.sql import MAX_QUESTION_CHARS, SQLiteAssistant
+from pask_agent.integrations.sql_answer import SqlAnswer
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample
 from pask_agent.integrations.sql_known import KnownQueries

@@ -12,15 +12,10 @@ from the database's own schema and data (``sql_examples.py``) before the questio
 default, since on the dev split they moved as many answers one way as the other.
 ``known_queries`` are question/query pairs the user has checked; the ``shots`` nearest to
 each question are shown before it (``sql_known.py``).
-The grammar binds columns to tables where it can: a query over one table names only that
-table's columns, and ``table.col`` only that table's. When SQLite still refuses the query (a
-column on the wrong table is the usual slip of a small model: the grammar cannot tie
-``T2.col`` to the table the alias ``T2`` names, since ``FROM`` comes after the select list),
-the assistant shows the model its own query and SQLite's message and asks once
-more (``repairs``), continuing the same conversation so the schema's KV is reused. Repairs
-are off by default: on the sample dev split (22 questions) the default model turned 1 of 6
-refused queries into one that ran, and none into a correct one, so an honest error is the
-better default for this model; larger models may do better. A repair applies per candidate.
+The grammar binds columns to tables where it can (``grammar.py``). When SQLite still refuses
+a query, ``repairs`` shows the model its query and SQLite's message and asks once more, in the
+same conversation so the schema's KV is reused; off by default: on the sample dev split the
+default model turned 1 of 6 refused queries into one that ran and none into a correct one.
 
     async with Runtime.open("default") as rt:
         assistant = SQLiteAssistant("recipes/data/shop.sqlite", runtime=rt)
@@ -34,7 +29,7 @@ import hashlib
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,31 +37,25 @@ import anyio
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.sql.grammar import compile_sql_grammar
-from pask_agent.grammars.sql.schema import SqlSchema, quote_identifier
+from pask_agent.grammars.sql.schema import SqlSchema
 from pask_agent.grammars.sql.span_labels import label_ddl_spans
 from pask_agent.grammars.sql.tagger import SqlTagger
+from pask_agent.integrations.sql_answer import SqlAnswer, SqlUsage
 from pask_agent.integrations.sql_db import QueryResult, ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample, example_turns, write_examples
-from pask_agent.integrations.sql_known import (
-    KnownQueries,
-    check_known_queries,
-    without_table_aliases,
+from pask_agent.integrations.sql_known import KnownQueries, known_pool
+from pask_agent.integrations.sql_prompt import (
+    INSTRUCTIONS,
+    UNALIASED,
+    linked_schema_text,
+    quoting_hint,
+    read_facts,
+    repair_turn,
+    value_hints,
 )
-from pask_agent.integrations.sql_prompt import linked_schema_text, read_facts
 from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
 from pask_agent.runtime.runtime import Runtime
-from pask_agent.runtime.turns.results import Usage
 
-INSTRUCTIONS = (
-    "You are a SQLite expert. Answer each question about the database below with one SQLite "
-    "SELECT query and nothing else. Use only the tables and columns in the schema, each "
-    "column with the table that defines it."
-)
-UNALIASED = (
-    " Never alias a table: in a query over several tables, write every column as "
-    "table.column, e.g. customers.first_name."
-)
-_VALUE_HINTS = 4  # distinct example values shown per text column
 MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
 # Chosen on the dev split (results/sql_dev_full_k5: voting among the first k of 5 candidates,
 # Full KV, bound grammar): k = 1..5 gave 47.7, 47.7, 44.6, 49.2, 49.2 %; the smallest best k.
@@ -79,96 +68,6 @@ DEFAULT_EXAMPLES = 0
 DEFAULT_SHOTS = 3  # known queries shown per question, when the user gives some (sql_known.py)
 DEFAULT_SCHEMA_TOKENS = 2048  # the sample databases fit whole; BIRD's larger ones are linked
 _CHARS_PER_TOKEN = 3.0  # schema text runs 3.3-4 characters per token with the bundled models
-
-
-def repair_turn(sql: str, error: str) -> list[dict[str, str]]:
-    """The model's refused query and SQLite's message, as the next two chat turns."""
-    return [
-        {"role": "assistant", "content": sql},
-        {
-            "role": "user",
-            "content": f"SQLite refused that query: {error}. Check which table defines each "
-            "column, then write the corrected SQLite SELECT query.",
-        },
-    ]
-
-
-@dataclass(frozen=True, slots=True)
-class SqlUsage:
-    """What one ``ask`` cost, over all its candidates and repair turns.
-
-    Token counts and KV bytes are sums over the candidates' final requests; ``measured_b`` is
-    their summed KV payload over their summed Full-KV bytes, and ``max_measured_b`` the worst
-    single candidate's (a budget holds per request, so that is the number to check it against).
-    ``seconds`` is the wall time of the whole ask, decoding and execution.
-    """
-
-    candidates: int
-    prompt_tokens: int
-    completion_tokens: int
-    prefilled_tokens: int
-    kv_bytes: int
-    full_kv_bytes: int
-    measured_b: float
-    max_measured_b: float
-    peak_kv_bytes: int
-    seconds: float
-
-    @classmethod
-    def of(cls, usages: list[Usage], seconds: float) -> SqlUsage:
-        full = sum(u.full_kv_bytes for u in usages)
-        kv = sum(u.kv_bytes for u in usages)
-        return cls(
-            len(usages),
-            sum(u.prompt_tokens for u in usages),
-            sum(u.completion_tokens for u in usages),
-            sum(u.prefilled_tokens for u in usages),
-            kv,
-            full,
-            kv / full if full else 0.0,
-            max((u.measured_b for u in usages), default=0.0),
-            sum(u.peak_kv_bytes for u in usages),
-            seconds,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__slots__}
-
-
-@dataclass(frozen=True, slots=True)
-class SqlAnswer:
-    """The chosen query and what it returned, with every candidate that was considered.
-
-    ``sql`` is the winning candidate's query (the greedy one when every candidate failed);
-    ``error`` is set, and ``rows`` empty, only when every candidate failed. ``candidates``
-    holds each candidate's SQL, result digest, votes and error, greedy first. ``failed`` lists
-    the chosen candidate's earlier attempts that SQLite refused, as ``(sql, error)``.
-    """
-
-    question: str
-    sql: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    truncated: bool
-    error: str | None
-    usage: SqlUsage
-    candidates: tuple[SqlCandidate, ...] = ()
-    failed: tuple[tuple[str, str], ...] = ()
-
-    def table(self, max_rows: int = 20) -> str:
-        """The rows as a plain-text table (for terminals and logs)."""
-        if self.error:
-            return f"error: {self.error}"
-        header = list(self.columns)
-        body = [["NULL" if v is None else str(v) for v in row] for row in self.rows[:max_rows]]
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(header)]
-        lines = [" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-        lines.append("-+-".join("-" * w for w in widths))
-        lines += [" | ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in body]
-        more = len(self.rows) - len(body)
-        if more > 0 or self.truncated:
-            lines.append(f"... {more if more > 0 else 'more'} rows not shown")
-        return "\n".join(lines)
 
 
 class SQLiteAssistant:
@@ -287,31 +186,6 @@ class SQLiteAssistant:
         self._conversation_prefix = f"sql-{digest.hexdigest()[:24]}"
         self._busy: set[str] = set()
 
-    def _quoting_hint(self) -> str:
-        """Names the model must quote, spelled out: it otherwise writes ``grade_level``."""
-        names = [n for n in (*self.schema.table_names, *self.schema.column_names()) if " " in n]
-        if not names:
-            return ""
-        quoted = ", ".join(quote_identifier(n) for n in names)
-        return f" These names contain spaces and must always be written in quotes: {quoted}."
-
-    def _value_hints(self) -> str:
-        """A few distinct values of each text column: the model needs 'Books', not 'books'."""
-        lines = []
-        for table in self.schema.tables:
-            for col in table.columns:
-                textual = "CHAR" in col.type.upper() or "TEXT" in col.type.upper()
-                if not textual or col.unique or col.primary_key:
-                    continue  # unique values (emails, names) teach nothing about the column
-                t, c = quote_identifier(table.name), quote_identifier(col.name)
-                result = self.db.query(
-                    f"SELECT DISTINCT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {_VALUE_HINTS}"
-                )
-                values = ", ".join(repr(row[0][:40]) for row in result.rows)
-                if values:
-                    lines.append(f"-- {table.name}.{col.name}: {values}, ...")
-        return "-- Example values:\n" + "\n".join(lines) if lines else ""
-
     def _count_tokens(self, text: str) -> int:
         if self.runtime is not None:
             return len(self.runtime.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -326,41 +200,21 @@ class SQLiteAssistant:
         schema larger than that shows only what the question links to (``sql_prompt.py``).
         """
         unaliased = "" if self.table_aliases else UNALIASED
-        head = f"{INSTRUCTIONS}{unaliased}{self._quoting_hint()}\n\n"
+        head = f"{INSTRUCTIONS}{unaliased}{quoting_hint(self.schema)}\n\n"
         if not self.linking:
-            return f"{head}{self.schema.ddl()}\n{self._value_hints()}"
+            return f"{head}{self.schema.ddl()}\n{value_hints(self.schema, self.db)}"
         budget = self.schema_tokens - self._count_tokens(head)
         return head + linked_schema_text(self._facts, question, budget, self._count_tokens)
 
     def known(self, examples: Sequence[SqlExample]) -> KnownQueries:
-        """A pool of checked question/query pairs, each run read-only first.
-
-        Without table aliases (the default grammar) each query is shown with its tables'
-        names in place of their aliases, provided it then returns what it did; one that
-        cannot be written so (a self-join, a derived table's columns) is kept out of the
-        prompt and listed in ``unshown``.
+        """A pool of checked question/query pairs for this database (``sql_known.known_pool``).
 
         Raises
         ------
         ConfigError
             A pair is not an ``SqlExample``, is empty, or its query does not run here.
         """
-        check_known_queries(examples, self.db)
-        if self.table_aliases:
-            return KnownQueries.of(examples)
-        shown: list[SqlExample] = []
-        unshown: list[SqlExample] = []
-        for ex in examples:
-            sql = without_table_aliases(ex.sql)
-            same = sql is not None and self._same_result(sql, ex.sql)
-            (shown if same else unshown).append(replace(ex, sql=sql) if same else ex)
-        return KnownQueries.of(shown, unshown)
-
-    def _same_result(self, a: str, b: str) -> bool:
-        try:
-            return result_digest(self.db.query(a)) == result_digest(self.db.query(b))
-        except SqlExecutionError:
-            return False
+        return known_pool(examples, self.db, table_aliases=self.table_aliases)
 
     def shown_examples(
         self, question: str, known_queries: KnownQueries | None = None

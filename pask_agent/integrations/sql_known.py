@@ -29,7 +29,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import sqlglot
@@ -38,6 +38,7 @@ from sqlglot import exp
 from pask_agent.errors import ConfigError
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
 from pask_agent.integrations.sql_examples import SqlExample
+from pask_agent.integrations.sql_vote import result_digest
 from pask_agent.record.jsonl import json_lines
 
 _WORD = re.compile(r"[a-z0-9]+")
@@ -173,3 +174,37 @@ def load_known_queries(path: str | Path) -> list[SqlExample]:
             raise ConfigError(f'{where} needs {{"question": "...", "sql": "..."}}')
         out.append(SqlExample(item["question"], item["sql"]))
     return out
+
+
+def known_pool(
+    examples: Sequence[SqlExample], db: ReadOnlyDatabase, *, table_aliases: bool
+) -> KnownQueries:
+    """A pool of checked question/query pairs, each run read-only first.
+
+    Without table aliases (the default grammar) each query is shown with its tables'
+    names in place of their aliases, provided it then returns what it did; one that
+    cannot be written so (a self-join, a derived table's columns) is kept out of the
+    prompt and listed in ``unshown``.
+
+    Raises
+    ------
+    ConfigError
+        A pair is not an ``SqlExample``, is empty, or its query does not run here.
+    """
+    check_known_queries(examples, db)
+    if table_aliases:
+        return KnownQueries.of(examples)
+    shown: list[SqlExample] = []
+    unshown: list[SqlExample] = []
+    for ex in examples:
+        sql = without_table_aliases(ex.sql)
+        same = sql is not None and _same_result(db, sql, ex.sql)
+        (shown if same else unshown).append(replace(ex, sql=sql) if same else ex)
+    return KnownQueries.of(shown, unshown)
+
+
+def _same_result(db: ReadOnlyDatabase, a: str, b: str) -> bool:
+    try:
+        return result_digest(db.query(a)) == result_digest(db.query(b))
+    except SqlExecutionError:
+        return False

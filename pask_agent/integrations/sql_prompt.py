@@ -233,3 +233,54 @@ def _bridges(facts: tuple[TableFacts, ...], linked: list[TableFacts]) -> list[Ta
         if len(targets & names) >= 2:
             out.append(f)
     return out
+
+
+INSTRUCTIONS = (
+    "You are a SQLite expert. Answer each question about the database below with one SQLite "
+    "SELECT query and nothing else. Use only the tables and columns in the schema, each "
+    "column with the table that defines it."
+)
+UNALIASED = (
+    " Never alias a table: in a query over several tables, write every column as "
+    "table.column, e.g. customers.first_name."
+)
+_VALUE_HINTS = 4  # distinct example values shown per text column
+
+
+def repair_turn(sql: str, error: str) -> list[dict[str, str]]:
+    """The model's refused query and SQLite's message, as the next two chat turns."""
+    return [
+        {"role": "assistant", "content": sql},
+        {
+            "role": "user",
+            "content": f"SQLite refused that query: {error}. Check which table defines each "
+            "column, then write the corrected SQLite SELECT query.",
+        },
+    ]
+
+
+def quoting_hint(schema: SqlSchema) -> str:
+    """Names the model must quote, spelled out: it otherwise writes ``grade_level``."""
+    names = [n for n in (*schema.table_names, *schema.column_names()) if " " in n]
+    if not names:
+        return ""
+    quoted = ", ".join(quote_identifier(n) for n in names)
+    return f" These names contain spaces and must always be written in quotes: {quoted}."
+
+
+def value_hints(schema: SqlSchema, db: ReadOnlyDatabase) -> str:
+    """A few distinct values of each text column: the model needs 'Books', not 'books'."""
+    lines = []
+    for table in schema.tables:
+        for col in table.columns:
+            textual = "CHAR" in col.type.upper() or "TEXT" in col.type.upper()
+            if not textual or col.unique or col.primary_key:
+                continue  # unique values (emails, names) teach nothing about the column
+            t, c = quote_identifier(table.name), quote_identifier(col.name)
+            result = db.query(
+                f"SELECT DISTINCT {c} FROM {t} WHERE {c} IS NOT NULL LIMIT {_VALUE_HINTS}"
+            )
+            values = ", ".join(repr(row[0][:40]) for row in result.rows)
+            if values:
+                lines.append(f"-- {table.name}.{col.name}: {values}, ...")
+    return "-- Example values:\n" + "\n".join(lines) if lines else ""

@@ -7,16 +7,14 @@ worker through the engine's inbox and a per-request memory stream of events.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import jsonschema
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from pask_agent.errors import ConfigError, PaskError, PolicyTableError, ValidationFailedError
+from pask_agent.errors import ConfigError, PaskError, PolicyTableError
 from pask_agent.grammars.span_labels import CharSpan
 from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers the policies
 from pask_agent.policy.base import Policy, PolicyEnv
@@ -31,9 +29,10 @@ from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models.loading import LoadedModel, load_model, model_id_of, model_identity
 from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.constraint import OutputSpec
-from pask_agent.runtime.turns.outputs import OutputCompiler, schema_prompt
+from pask_agent.runtime.turns.outputs import OutputCompiler
 from pask_agent.runtime.turns.prompting import prepare_turn
 from pask_agent.runtime.turns.results import ChatResult, Delta, Finished
+from pask_agent.runtime.turns.structured import StructuredSchema
 from pask_agent.runtime.turns.turn import TurnRequest
 from pask_agent.runtime.turns.turn_output import chat_result, record_turn
 
@@ -304,31 +303,11 @@ class Runtime:
             result = await self.chat(messages, tools=schema, tool_choice="required", **kw)
             calls = list(result.tool_calls)
             return (calls, result.usage) if with_usage else calls
-        model_cls = schema if _is_pydantic_class(schema) else None
-        if model_cls is not None:
-            json_schema = model_cls.model_json_schema()
-        elif isinstance(schema, dict):
-            json_schema = schema
-        else:
-            raise ConfigError(
-                "schema must be a Pydantic model class, a JSON Schema dict, or a "
-                f"list of tools; got {type(schema).__name__}"
-            )
-        spec = self.outputs.json_schema(json_schema)
-        # the field list after the request: the small default model follows it best there
-        messages = _messages(system, f"{prompt}\n\n{schema_prompt(json_schema)}")
+        structured = StructuredSchema.of(schema)
+        spec = self.outputs.json_schema(structured.json_schema)
+        messages = _messages(system, structured.prompt(prompt))
         result = await self.chat(messages, spec=spec, **kw)
-        try:
-            value = json.loads(result.text)
-            if model_cls is not None:
-                value = model_cls.model_validate(value)
-            else:
-                jsonschema.validate(value, json_schema)
-        except Exception as exc:  # noqa: BLE001 - re-raised typed, with the answer attached
-            raise ValidationFailedError(
-                f"answer does not validate ({exc}); raise max_new_tokens if it was cut "
-                f"(finish_reason={result.finish_reason}): {result.text[:200]!r}"
-            ) from exc
+        value = structured.value(result)
         return (value, result.usage) if with_usage else value
 
     def end_conversation(self, conversation_id: str) -> None:
@@ -395,9 +374,3 @@ def _resolve_policy(policy: str | Policy) -> Policy:
 def _messages(system: str | None, prompt: str) -> list[dict[str, Any]]:
     msgs = [{"role": "system", "content": system}] if system else []
     return [*msgs, {"role": "user", "content": prompt}]
-
-
-def _is_pydantic_class(obj: Any) -> bool:
-    from pydantic import BaseModel
-
-    return isinstance(obj, type) and issubclass(obj, BaseModel)

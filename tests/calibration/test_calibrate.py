@@ -17,9 +17,11 @@ from pask_agent.calibration.agreement import Probe, ProbePolicy
 from pask_agent.calibration.buckets import DecodeKeys
 from pask_agent.calibration.calibrate import CalibrationConfig, calibrate
 from pask_agent.calibration.inputs import file_digest
+from pask_agent.calibration.interventions import Interventions
 from pask_agent.calibration.measure import unshielded_prompt
+from pask_agent.calibration.model_parts import ModelParts
 from pask_agent.calibration.replay import TraceReplayer
-from pask_agent.calibration.teacher import H, Interventions, ModelParts, R, TraceContext
+from pask_agent.calibration.teacher import H, R, TraceContext
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action

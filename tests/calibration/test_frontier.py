@@ -17,9 +17,9 @@ from pask_agent.calibration.frontier import (
     path_candidates,
     spread,
 )
+from pask_agent.calibration.interventions import answer_keys, choose_with_continue_rule
 from pask_agent.calibration.measure import TraceMeasurement, probe_name
 from pask_agent.calibration.table_build import mismatch_report
-from pask_agent.calibration.teacher import answer_keys, choose_with_continue_rule
 from pask_agent.policy.costs import PayloadCosts
 
 COSTS = PayloadCosts.from_dims(24, 2, 64)

@@ -17,8 +17,9 @@ import pytest
 from pask_agent.cli import main as cli_main
 from pask_agent.errors import ConfigError, DDLError
 from pask_agent.eval.sql_data import sample_data_dir
-from pask_agent.integrations.sql import SQLiteAssistant, repair_turn
+from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
+from pask_agent.integrations.sql_prompt import repair_turn
 
 WRITES = [
     "DELETE FROM customers",

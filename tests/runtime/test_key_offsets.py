@@ -127,7 +127,7 @@ def test_centered_int4_keys_are_closer_to_full_kv_on_the_default_model(default_m
 
 def test_calibration_replays_int4_keys_as_the_centered_store_holds_them(tiny) -> None:
     """The teacher (``calibration/teacher.py``) must see the INT4 error serving has."""
-    from pask_agent.calibration.teacher import ModelParts, _stored_low
+    from pask_agent.calibration.model_parts import ModelParts, stored_low
 
     plain = ModelParts.of(tiny.model)
     centered = ModelParts.of(tiny.model, key_offsets=tiny.key_offsets)
@@ -137,7 +137,7 @@ def test_calibration_replays_int4_keys_as_the_centered_store_holds_them(tiny) ->
     shape = (7, layout.num_kv_heads, layout.head_dim)
     mu = tiny.key_offsets[1]
     k = mu + 0.1 * torch.randn(shape, generator=g)
-    assert torch.equal(plain.low_keys(1, k), _stored_low(k))
-    assert torch.allclose(centered.low_keys(1, k), _stored_low(k - mu) + mu)
+    assert torch.equal(plain.low_keys(1, k), stored_low(k))
+    assert torch.allclose(centered.low_keys(1, k), stored_low(k - mu) + mu)
     plain_error = float((plain.low_keys(1, k) - k).norm())
     assert float((centered.low_keys(1, k) - k).norm()) < plain_error

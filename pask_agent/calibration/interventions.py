@@ -1,0 +1,90 @@
+"""What one replay batch asks and answers: the interventions (actions per layer group for every
+prompt and output key), what they did (flips, distortion), and how a decision's candidates are
+compared (``answer_keys``) and chosen (the runtime's continue-calls rule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+def answer_keys(candidates: list[list[str]], continuations: list[str]) -> np.ndarray:
+    """``[T, K]`` ids such that two candidates of a decision share an id iff choosing either
+    leaves the answer's text unchanged, as far as that one decision can tell.
+
+    ``candidates[t]`` are the texts of decision ``t``'s candidates, the recorded choice first;
+    ``continuations[t]`` is the recorded text from that choice on. Two kinds of difference are
+    not changes: whitespace only (JSON ignores it), and a candidate whose text starts the
+    recorded continuation (``"}}"`` where ``"}},"`` was recorded, ``"cal"`` where ``"calc"``
+    was): the same text split into other tokens, which free-running decoding completes the
+    same way. Measured on 200 (trace, probe) pairs: 34 of the 38 proxy flips that free-running
+    decoding did not confirm were such re-tokenizations, against 3 of the 62 it did confirm
+    (results/calibration_agreement.md).
+    """
+    keys = np.zeros((len(candidates), len(candidates[0]) if candidates else 0), dtype=np.int64)
+    for t, texts in enumerate(candidates):
+        seen: dict[str, int] = {}
+        for j, piece in enumerate(texts):
+            if j > 0 and piece and continuations[t].startswith(piece):
+                keys[t, j] = keys[t, 0]
+            else:
+                keys[t, j] = seen.setdefault(piece.strip(), len(seen))
+    return keys
+
+
+def choose_with_continue_rule(
+    logits: torch.Tensor,
+    at: torch.Tensor,
+    real: torch.Tensor,
+    is_next: torch.Tensor,
+    is_close: torch.Tensor,
+    tau: float,
+) -> torch.Tensor:
+    """Each row's choice among the candidates (``logits [N, T, K]``), with the runtime's
+    continue-calls rule (``RuntimeConfig.continue_calls_at``) applied to that row's own
+    probabilities at the between-calls positions ``at``: where a row gives another call at
+    least ``tau``, closing the array is not an option for it. ``real``, ``is_next`` and
+    ``is_close`` (``[len(at), K]``) say which candidates are legal tokens, start another call,
+    and close the array."""
+    logits = logits.clone()
+    sub = logits[:, at].masked_fill(~real[None], float("-inf"))
+    p_next = (torch.softmax(sub, dim=-1) * is_next[None]).sum(-1)  # [N, len(at)]
+    block = (p_next >= tau)[..., None] & is_close[None]
+    logits[:, at] = logits[:, at].masked_fill(block, float("-inf"))
+    return logits.argmax(-1)
+
+
+@dataclass(frozen=True)
+class Interventions:
+    """A batch of interventions on one trace (row 0 must be the all-H control).
+
+    ``prompt`` and ``output`` hold ``int8 [N, 3, P]`` / ``[N, 3, T]`` actions per layer group
+    (None: all H). ``start_layer`` is the first layer any row changes; ``first_query`` the
+    first output position whose attention can see a degraded key in any row.
+    """
+
+    prompt: np.ndarray | None
+    output: np.ndarray | None
+    start_layer: int
+    first_query: int
+
+    @property
+    def rows(self) -> int:
+        arr = self.prompt if self.prompt is not None else self.output
+        assert arr is not None
+        return int(arr.shape[0])
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What a batch of interventions did.
+
+    ``flipped[n]``: row ``n`` changed the checked output somewhere (row 0 is always False).
+    ``distortion[n]``: ``Σ_u Σ_ℓ max_h ‖o_ctrl − o_n‖²`` over recomputed query positions and
+    the layers of ``distortion_layers`` (the intervened group's).
+    """
+
+    flipped: np.ndarray
+    distortion: np.ndarray
