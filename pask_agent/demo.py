@@ -67,8 +67,8 @@ async def main() -> None:
                 f"kv={u.kv_bytes}B of full {u.full_kv_bytes}B -> measured B={u.measured_b:.3f}"
                 f", peak={u.peak_kv_bytes}B\n"
             )
-        # PASK keeps about 0.87 of Full KV's BFCL accuracy at B = 0.33 (README): say which
-        # side of that this request fell on rather than let the reader compare by eye
+        # PASK does not make Full KV's call on every request (README, "Results"): say which
+        # way this one went rather than let the reader compare by eye
         same = calls["pask"] == calls["full"]
         print(f"PASK's call {'matches' if same else 'differs from'} Full KV's\n")
         flight = await rt.call(

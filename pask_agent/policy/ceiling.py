@@ -12,7 +12,8 @@ Instead the prompt is planned for the table's expected answer, and this ceiling 
 request's total within ``B + tolerance`` however long the answer runs: a generated token whose
 scheduled action would let the total pass the ceiling once it leaves the recent window is
 stored INT4 in the groups it would have kept BF16. Generated tokens are never released here
-(releasing generated scaffold made the model lose count of its own output, README).
+(releasing generated scaffold made the model lose count of its own output:
+``tests/eval/test_bfcl_eval.py`` pins that runaway).
 
 Why it is safe at decision time: a token's action takes effect when it leaves the window of
 ``w`` tokens, so at any stop ``T`` the request holds the prompt's planned bytes, the scheduled

@@ -7,7 +7,7 @@ the scale and the small channels that tell tokens apart round to zero. Subtracti
 vector ``μ`` from every key of a sequence changes each of its queries' logits by the same
 ``q·μ``, which the softmax cancels, so attention is unchanged while INT4 rows lose most of
 their error. On the default model INT4 keys, not values, carry most of the error that
-quantizing a prompt adds (``eval/int4_keys.py``; README, "Centered keys").
+quantizing a prompt adds (``eval/int4_keys.py``; docs/policies.md, "Centered keys").
 
 ``μ`` is a property of the model, measured once when the runtime opens: the mean key of each
 layer and KV head over a fixed chat prompt (prose, a tool schema, SQL DDL and code, about 700
