@@ -135,6 +135,7 @@ class Finished:
     allocated_kv_bytes: int = 0  # the store's pool tensors when the request ended
     # [V] fp32 logits of each sampled token before any mask, when the request kept them
     step_logits: tuple[torch.Tensor, ...] | None = None
+    stages: Any = None  # the session's StagePlan for this turn (policy/base.py), if it has one
 
 
 @dataclass(frozen=True, slots=True)

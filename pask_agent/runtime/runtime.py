@@ -128,6 +128,7 @@ class Runtime:
         policy: str | Policy | None,
         budget: float | None,
         spec: OutputSpec | None = None,
+        max_new_tokens: int | None = None,
     ) -> Any:
         chosen = self.default_policy if policy is None else _resolve_policy(policy)
         env = PolicyEnv(
@@ -137,6 +138,7 @@ class Runtime:
             self.default_budget if budget is None else check_budget(budget),
             *self._served_identity(),
             answer_family=None if spec is None else spec.tag_family,
+            max_new_tokens=max_new_tokens,
         )
         return chosen, chosen.start(env)
 
@@ -226,7 +228,7 @@ class Runtime:
         )
         spec = spec or tool_spec
         # the policy plans the prompt knowing which kind of answer may follow
-        chosen, session = self._session(chosen, budget, spec)
+        chosen, session = self._session(chosen, budget, spec, max_new_tokens)
         # never queue what cannot run, measured by what this policy would keep
         self.engine.check_request(len(ids), max_new_tokens, session, labels)
         if conversation is not None:
