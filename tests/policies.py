@@ -13,8 +13,10 @@ from pask_agent.policy import (
     FullPolicy,
     H2OPolicy,
     HandWrittenPaskPolicy,
+    Int4Policy,
     MiKVPolicy,
     PaskPolicy,
+    PositionBothPolicy,
     PositionPolicy,
     SnapKVPolicy,
     StreamingPolicy,
@@ -30,6 +32,7 @@ class PolicyCase:
     budgeted: bool = True  # takes a target total B (everything but ``full``)
     has_floors: bool = False  # PASK-style protection floors that must always hold
     holds_budget: bool = True  # lands within ±0.03 of the target B
+    full_at_one: bool = True  # B = 1 is Full KV (int4 quantizes at any budget)
 
 
 ALL_POLICIES: list[PolicyCase] = [
@@ -48,6 +51,10 @@ ALL_POLICIES: list[PolicyCase] = [
         HandWrittenPaskPolicy, [{"allow_transfer": True}], has_floors=True, holds_budget=False
     ),  # fmt: skip
     PolicyCase(PositionPolicy, [{}, {"bins": 4, "expected_tokens": 8}], has_floors=True),
+    PolicyCase(PositionBothPolicy, [{}, {"bins": 4, "expected_tokens": 8}], has_floors=True),
+    # INT4 costs what it costs (about 0.31 + protection on the tiny model's head dim 16): a
+    # budget above that is not reached, one below is held by releasing the oldest tokens.
+    PolicyCase(Int4Policy, holds_budget=False, full_at_one=False),
 ]
 
 

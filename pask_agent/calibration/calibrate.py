@@ -8,9 +8,10 @@
    ``B_D``.
 3. **Prompt candidates**, with decode all-high (App. D.8): floors per threshold pair and
    distortion priorities, planned at prompt budgets ``B_P``. With a target total ``B`` the
-   runtime solves ``B_P`` per request from ``B``, ``B_D`` and the expected answer length, so
-   the candidates are replayed at exactly that ``B_P`` and the pair with the fewest failures
-   wins; without one, the cheapest level within ``α_P`` wins.
+   runtime solves ``B_P`` per request from ``B``, ``B_D`` and the expected answer length
+   (``policy/stages.py``, the same function here: :func:`selection_prompt_budgets`), so the
+   candidates are replayed at exactly that ``B_P`` and the pair with the fewest failures wins;
+   without one, the cheapest level within ``α_P`` wins.
 4. **Reserve** ``Γ(s; B_D)`` from the reference deficits under the chosen floors (β, K).
 5. The table, with a ``calibration`` record (command, trace hashes, wall time, CPUs, commit)
    and a report of every measurement next to it.
@@ -62,7 +63,8 @@ from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
+from pask_agent.policy.planner import PrefillPlanner
+from pask_agent.policy.stages import solve_stage_budgets
 from pask_agent.record.traces import Trace
 
 
@@ -171,6 +173,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     replayer = TraceReplayer(tokenizer, model_vocab_size(config.model, tokenizer))
     cal_replayed = [replayer.replay(t, where=w) for w, t in cal]
     dev_replayed = [replayer.replay(t, where=w) for w, t in dev]
+    expected = round(float(np.mean([r.output_len for r in dev_replayed])), 2)  # as the table
     keys = DecodeKeys.choose([r for r in cal_replayed if r.ok])
     fingerprint = _fingerprint(config, cal, dev, keys)
     checkpoint = Checkpoint(config.checkpoint_path(), fingerprint)
@@ -197,15 +200,12 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         decode_errors = weights @ flips
         chosen = _cheapest_within(candidates, decode_errors, config.alpha_decode)
         b_d = min(1.0, round(chosen.cost + 5e-5, 4))  # rounded up: the ledger never starves it
-        expected = float(np.mean([r.output_len for r in dev_replayed]))
         # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
         pairs = _prompt_candidates(pre, costs)
         if config.budget is not None:
             levels = (config.budget,)
-            per_trace = {
-                w: [solve_prompt_budget(config.budget, b_d, r.prompt_len, expected, config.window)]
-                for (w, _), r in zip(dev, dev_replayed, strict=True)
-            }
+            b_ps = selection_prompt_budgets(dev_replayed, config.budget, b_d, expected, config)
+            per_trace = {w: [b_p] for (w, _), b_p in zip(dev, b_ps, strict=True)}
         else:
             levels = config.prefill_levels
             per_trace = {w: list(levels) for w, _ in dev}
@@ -256,7 +256,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         budget_decode=b_d,
         budget_prefill=round(b_p, 4),
         budget_total=config.budget,
-        expected_output_tokens=round(expected, 2),
+        expected_output_tokens=expected,
         config=config,
         record=table_record,
     )
@@ -301,6 +301,29 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     return CalibrationResult(config.out, config.report_path(), wall, b_d, b_p, report)
 
 
+def selection_prompt_budgets(
+    dev: Sequence[ReplayedTrace],
+    budget: float,
+    budget_decode: float,
+    expected: float,
+    config: CalibrationConfig,
+) -> list[float]:
+    """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
+    resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
+    answer length, sinks and window)."""
+    return [
+        solve_stage_budgets(
+            budget,
+            decode=budget_decode,
+            prompt_tokens=r.prompt_len,
+            answer_tokens=expected,
+            sinks=config.sinks,
+            window=config.window,
+        ).prompt
+        for r in dev
+    ]
+
+
 def _fingerprint(
     config: CalibrationConfig,
     cal: list[tuple[str, Trace]],
@@ -320,6 +343,9 @@ def _fingerprint(
             # what a checkpoint's verdicts mean: v3 = re-tokenizations are not flips and the
             # continue-calls rule is replayed per intervention
             "proxy": 3,
+            # the B_P rule the prompt candidates are replayed at (policy/stages.py): 2 = the
+            # calibrated B_D served, B_P never below the store's protection
+            "stages": 2,
             "levels": config.prefill_levels,
             "alpha": [config.alpha_decode, config.alpha_prefill],
             "n": [len(cal), len(dev)],
@@ -465,7 +491,9 @@ def _realized_prompt_budgets(
                 budget=min(1.0, max(0.0, b[level])), sinks=config.sinks, window=config.window,
             )  # fmt: skip
             plan = planner.plan_indices(r.prompt_labels)
-            kept, full = kept + plan.planned_bytes, full + plan.full_bytes
+            # what the floors keep: a row whose floors need a breach to fit is not selectable
+            kept += plan.planned_bytes + plan.floor_breach_bytes
+            full += plan.full_bytes
             asked += float(plan.target_bytes)
         realized[i], targets[i] = kept / full, asked / full
     return realized, targets

@@ -15,6 +15,9 @@ Usage::
     python -m pask_agent.eval.bfcl_eval --policies full,pask,streaming,h2o,snapkv,mikv,position \\
         --budgets 0.33,0.5 --cases-per-category 10 --split dev --out results/bfcl_dev
 
+Any registered policy name works (``pask_agent.policy.POLICIES``), including the parser-free
+baselines ``int4`` and ``position_both``.
+
 writes ``results/bfcl_dev.jsonl`` (one line per case and configuration),
 ``results/bfcl_dev.json`` (the summaries), ``results/bfcl_dev.md`` (the table) and
 ``results/bfcl_dev.png`` (accuracy against measured ``B``). ``full`` keeps

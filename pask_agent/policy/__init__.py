@@ -1,7 +1,8 @@
 """KV policies: PASK and the baselines, all registered by name (STYLE rule 4).
 
 Importing this package imports every policy module, so :data:`POLICIES` lists them all:
-``full``, ``pask``, ``streaming``, ``h2o``, ``snapkv``, ``mikv`` and ``position``.
+``full``, ``pask``, ``pask_hand``, ``streaming``, ``h2o``, ``snapkv``, ``mikv``, ``position``,
+``position_both`` and ``int4``.
 """
 
 from pask_agent.policy.base import Demotion, Policy, PolicyEnv, RetentionView
@@ -10,9 +11,11 @@ from pask_agent.policy.h2o import H2OPolicy
 from pask_agent.policy.mikv import MiKVPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
 from pask_agent.policy.position import PositionPolicy
+from pask_agent.policy.position_both import PositionBothPolicy
 from pask_agent.policy.registry import POLICIES, get_policy, register_policy
 from pask_agent.policy.snapkv import SnapKVPolicy
 from pask_agent.policy.streaming import StreamingPolicy
+from pask_agent.policy.uniform import Int4Policy
 
 __all__ = [
     "POLICIES",
@@ -20,10 +23,12 @@ __all__ = [
     "FullPolicy",
     "H2OPolicy",
     "HandWrittenPaskPolicy",
+    "Int4Policy",
     "MiKVPolicy",
     "PaskPolicy",
     "Policy",
     "PolicyEnv",
+    "PositionBothPolicy",
     "PositionPolicy",
     "RetentionView",
     "SnapKVPolicy",

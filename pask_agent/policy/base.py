@@ -47,6 +47,9 @@ class PolicyEnv:
     # The tag family of the answer this session will decode ("function_calling", "sql"; None
     # for free text or unknown).
     answer_family: str | None = None
+    # The most tokens the answer may have (None: unknown); caps the answer length a policy
+    # plans the prompt's share for.
+    max_new_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,24 @@ class DecodeDemand:
         return cls(Fraction(c), c)
 
 
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """What a session planned for its latest prompt, reported in ``usage``.
+
+    Attributes
+    ----------
+    budget_prompt, budget_decode:
+        The stage budgets ``B_P`` and ``B_D`` it planned at (``policy/stages.py``).
+    floor_breach_bytes:
+        Prompt bytes released below the table's floors because the floors did not fit
+        ``B_P`` (0 when they did): a budget met by release, said out loud.
+    """
+
+    budget_prompt: float
+    budget_decode: float
+    floor_breach_bytes: int = 0
+
+
 class PolicySession(Protocol):
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]: ...
 
@@ -119,6 +140,8 @@ class PolicySession(Protocol):
     # Optional: what generated tokens keep, for admission (runtime/memory/admission.py); a session
     # without it is reserved at Full KV.
     # def decode_demand(self, costs: PayloadCosts) -> DecodeDemand: ...
+    # Optional: ``stage_plan: StagePlan | None``, the stage budgets of its latest prompt plan
+    # (reported in ``usage``; sessions without stages have none).
 
 
 class Policy:

@@ -2,15 +2,13 @@
 for generated tokens (paper §3.5, §3.6), held to the target *total* budget ``B`` by planning.
 
 The table carries calibrated stage budgets: ``B_D`` for answers (the cheapest decode candidate
-within ``α_D``) and the ``B_P`` it was selected with. A request asks for a total ``B``. Decoding
-runs at ``max(B_D, B)`` — never below what calibration found safe — and the prompt plan gets
-what is left: ``B_P`` is solved per request from ``B``, ``B_D``, the prompt length and the
-answer length the table expects (``planner.solve_prompt_budget``), so prompt + answer meet
-``B`` on a typical answer. There is no after-the-fact guard: the plan, the ledger and the
-reserve are the whole mechanism. What floors force beyond the plan stays visible in the
-measured ``B`` (and in the plan's ``floor_excess_bytes``).
-
-A table without ``expected_output_tokens`` (the hand-written one) plans the prompt at ``B``.
+within ``α_D``) and the expected answer length. Each prompt's ``(B_P, B_D)`` comes from
+``policy/stages.py::solve_stage_budgets``, the function calibration selected the table with:
+decoding runs at the calibrated ``B_D`` and the prompt plan gets the rest of ``B``, so prompt +
+answer meet ``B`` on a typical answer (the rule and its exceptions are written there). There is
+no after-the-fact guard: the plan, the ledger and the reserve are the whole mechanism. What the
+prompt's floors cannot keep within ``B_P`` the planner releases below them and reports
+(``floor_breach_bytes``, in ``usage``).
 
 An answer whose tag family calibration never measured (SQL, while the table's SQL buckets are
 carried over from the hand-written prior, which holds critical tokens ``H``) is planned kept
@@ -32,14 +30,16 @@ import numpy as np
 
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv
+from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv, StagePlan
 from pask_agent.policy.ceiling import AnswerCeiling
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import DEFAULT_TABLE_PATH, HAND_WRITTEN_TABLE_PATH
 from pask_agent.policy.ledger import as_fraction
-from pask_agent.policy.planner import PrefillPlanner, solve_prompt_budget
+from pask_agent.policy.planner import PrefillPlan, PrefillPlanner
 from pask_agent.policy.registry import register_policy
+from pask_agent.policy.scored import check_budget
+from pask_agent.policy.stages import StageBudgets, solve_stage_budgets
 from pask_agent.policy.table import NUM_GROUPS, PolicyTable
 
 BUDGET_TOLERANCE = Fraction(3, 100)  # how far over B an unmeasured answer may take a request
@@ -70,34 +70,63 @@ class LabelRules:
 class PaskSession:
     """One request's (or conversation's) PASK state: the decode controller and the planner.
 
-    ``budget`` is the target total ``B``; ``budget_decode`` the controller's ``B_D``;
-    ``expected_answer`` the answer length the prompt's share is planned for (None: plan the
-    prompt at ``B`` itself).
+    ``budget`` is the target total ``B``; ``calibrated_decode`` the table's ``B_D`` (None: the
+    answer's family was never measured); ``expected_answer`` the answer length the prompt's
+    share is planned for (None: the table does not say, both stages plan at ``B``). ``stages``
+    and ``stage_plan`` describe the latest prompt planned.
     """
 
     controller: DecodeController
     planner: PrefillPlanner
+    table: PolicyTable
+    costs: PayloadCosts
+    lookup: DecodeLookup
     budget: Fraction = Fraction(1)
-    budget_decode: Fraction = Fraction(1)
+    calibrated_decode: Fraction | None = None
     expected_answer: float | None = None
     sinks: int = 0  # the store's protection, planned as H so the plan's bytes are the real ones
     window: int = 0
-    # An answer family calibration never measured is planned kept whole (``answer_keep`` 1.0
-    # instead of ``budget_decode``) and held under ``ceiling`` (None: a measured family).
-    answer_keep: float | None = None
-    ceiling: AnswerCeiling | None = None
+    ceiling: AnswerCeiling | None = None  # an unmeasured answer family's byte ceiling
+    stages: StageBudgets | None = None
+    stage_plan: StagePlan | None = None
+
+    @property
+    def budget_decode(self) -> Fraction:
+        """The decode ledger's ``B_D``."""
+        return self.controller.ledger.allowance_per_token / self.costs.full_bytes_per_token
+
+    def solve(self, prompt_tokens: int) -> StageBudgets:
+        """This session's ``(B_P, B_D)`` for a prompt of ``prompt_tokens`` tokens."""
+        return solve_stage_budgets(
+            self.budget,
+            decode=self.calibrated_decode,
+            prompt_tokens=prompt_tokens,
+            answer_tokens=self.expected_answer,
+            sinks=self.sinks,
+            window=self.window,
+        )
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         n = len(labels)
         protected = [i < self.sinks or i >= n - self.window for i in range(n)]
-        b_p = float(self.budget)
-        if self.expected_answer is not None and self.budget < 1:
-            keep = float(self.budget_decode) if self.answer_keep is None else self.answer_keep
-            b_p = solve_prompt_budget(b_p, keep, n, self.expected_answer, self.window)
-        plan = self.planner.plan(labels, protected=protected, budget=b_p)
+        self.stages = stages = self.solve(n)
+        if stages.decode != self.budget_decode:
+            # A turn whose stage solve moves B_D starts a fresh ledger: a conversation's
+            # earlier answers are prompt tokens now, re-planned with it (history_plan.py).
+            self.controller = DecodeController(
+                self.table, self.costs, budget=stages.decode, lookup=self.lookup
+            )
+        plan = self.plan_prompt(labels, protected, stages.prompt)
+        self.stage_plan = StagePlan(stages.prompt, float(stages.decode), plan.floor_breach_bytes)
         if self.ceiling is not None:
             self.ceiling.start(n, plan.planned_bytes)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
+
+    def plan_prompt(
+        self, labels: Sequence[str], protected: Sequence[bool], budget: float
+    ) -> PrefillPlan:
+        """The prompt's plan at ``B_P = budget`` from its span labels."""
+        return self.planner.plan(labels, protected=protected, budget=budget)
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
         actions = self.controller.on_token(tag, is_stop=is_stop).actions
@@ -117,19 +146,32 @@ class PaskSession:
 
 def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> dict[str, Any]:
     """A session's controller, planner and budgets for one table (PASK and its ablations
-    differ only in the decode lookup)."""
-    total, b_d = stage_budgets(table, env.budget)
+    differ only in the decode lookup and, for ``position_both``, the prompt plan).
+
+    Raises
+    ------
+    ConfigError
+        ``env.budget`` outside ``(0, 1]``.
+    """
+    total = as_fraction(table_budget(table, env.budget), name="budget")
     family = env.answer_family
     unmeasured = family is not None and not table.decode_measured(family)
+    calibrated = None if unmeasured else as_fraction(table.budget_decode, name="budget_decode")
+    if table.expected_output_tokens is None:
+        calibrated = total  # nothing to trade between the stages: both plan at B
+    # The ledger's B_D until a prompt is planned (each prompt re-solves it, stages.py).
+    first = total if calibrated is None or total == 1 else calibrated
     return {
-        "controller": DecodeController(table, env.costs, budget=b_d, lookup=lookup),
+        "controller": DecodeController(table, env.costs, budget=first, lookup=lookup),
         "planner": PrefillPlanner(table, env.costs, budget=total),
+        "table": table,
+        "costs": env.costs,
+        "lookup": lookup,
         "budget": total,
-        "budget_decode": b_d,
-        "expected_answer": table.expected_output_tokens,
+        "calibrated_decode": calibrated,
+        "expected_answer": expected_answer(table, env),
         "sinks": env.sinks,
         "window": env.window,
-        "answer_keep": 1.0 if unmeasured else None,
         "ceiling": (
             AnswerCeiling(min(Fraction(1), total + BUDGET_TOLERANCE), env.costs, env.window)
             if unmeasured and total < 1
@@ -138,13 +180,27 @@ def session_parts(table: PolicyTable, env: PolicyEnv, lookup: DecodeLookup) -> d
     }
 
 
-def stage_budgets(table: PolicyTable, budget: float | None) -> tuple[Fraction, Fraction]:
-    """``(B, B_D)`` for a request: the asked total (the table's own when None) and the decode
-    budget ``max(table B_D, B)``."""
+def expected_answer(table: PolicyTable, env: PolicyEnv) -> float | None:
+    """The answer length the prompt's share is planned for: the table's expected length, but
+    never more than the request may generate (an answer capped at 24 tokens repays none of
+    what a 59-token answer at the calibrated ``B_D`` would have lent the prompt)."""
+    expected = table.expected_output_tokens
+    if expected is None or env.max_new_tokens is None:
+        return expected
+    return min(expected, float(env.max_new_tokens))
+
+
+def table_budget(table: PolicyTable, budget: float | None) -> float:
+    """The request's total ``B``: the asked one, else the table's own.
+
+    Raises
+    ------
+    ConfigError
+        A budget outside ``(0, 1]``.
+    """
     if budget is None:
         budget = table.budget_total if table.budget_total is not None else table.budget_prefill
-    total = as_fraction(budget, name="budget")
-    return total, max(as_fraction(table.budget_decode, name="budget_decode"), total)
+    return check_budget(budget)
 
 
 @register_policy("pask")

@@ -4,8 +4,13 @@ Given the span label of every prompt token, the planner fills the target
 ``T_P = B_P · n · C_full`` bytes:
 
 1. protected tokens (sinks and the recent window) are ``H`` in every layer group, always;
-2. every other token × layer group starts at its floor. If the floors alone exceed ``T_P`` the
-   excess is recorded (``floor_excess_bytes``) and nothing is released below a floor;
+2. every other token × layer group starts at its floor. If the floors alone exceed ``T_P``,
+   the budget wins: floor moves are undone (H→L, then L→R) lowest stored priority first,
+   quantizing before releasing and older tokens first on a tie, until the plan fits, and the
+   bytes released below floors are recorded (``floor_breach_bytes``), so a budget the floors
+   cannot meet is met by release and says so instead of being exceeded silently. Only
+   protection is never released: what it alone keeps beyond ``T_P`` is recorded as
+   ``floor_excess_bytes``;
 3. otherwise adjacent upgrades (R→L, L→H) are applied greedily in priority order while they
    fit in what is left of ``T_P``. Upgrades that move a token toward its bucket's base action
    come first (so a target equal to the base plan's cost reproduces the base plan), then
@@ -54,9 +59,11 @@ class PrefillPlan:
     floor_bytes:
         Payload of the floors-and-protection plan, the least any plan can keep.
     floor_excess_bytes:
-        ``[floor_bytes − T_P]_+``, rounded up: how far protection and floors overshoot.
+        ``[planned_bytes − T_P]_+``, rounded up: how far protection alone overshoots.
     full_bytes:
         ``n · C_full``: the Full-KV payload of the prompt.
+    floor_breach_bytes:
+        Bytes released below the floors to meet ``T_P`` (0 when the floors fit).
     """
 
     actions: np.ndarray
@@ -65,6 +72,7 @@ class PrefillPlan:
     floor_bytes: int
     floor_excess_bytes: int
     full_bytes: int
+    floor_breach_bytes: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -145,10 +153,17 @@ class PrefillPlanner:
         planner._priority = np.asarray(priority, np.float64)
         return planner
 
-    def plan_indices(self, labels: np.ndarray) -> PrefillPlan:
-        """:meth:`plan` for labels given as indices into ``SPAN_LABELS``."""
-        return self._plan(np.asarray(labels, np.int64), self._base, self._floor, self._priority,
-                          None)  # fmt: skip
+    def plan_indices(
+        self,
+        labels: np.ndarray,
+        *,
+        protected: Sequence[bool] | None = None,
+        budget: float | Fraction | None = None,
+    ) -> PrefillPlan:
+        """:meth:`plan` for labels given as class indices (into ``SPAN_LABELS``, or into the
+        arrays a planner :meth:`from_arrays` was built with)."""
+        lab = np.asarray(labels, np.int64)
+        return self._plan(lab, self._base, self._floor, self._priority, protected, budget)
 
     def default_protection(self, n: int) -> np.ndarray:
         """Sinks (first tokens) and the recent window (last tokens) of an ``n``-token prompt."""
@@ -247,37 +262,66 @@ class PrefillPlanner:
         b_p = self._budget if budget is None else as_fraction(budget, name="budget")
         target = b_p * full
         floor_bytes = int(cost[np.arange(g), acts].sum())
-        if floor_bytes >= target:
-            excess = floor_bytes - target
-            return _freeze(acts, floor_bytes, target, floor_bytes, -floor(-excess), full)
+        if floor_bytes > target:
+            over = -floor(-(floor_bytes - target))
+            breach = _release_below_floors(acts, prot, priority[lab], cost, over)
+            planned = floor_bytes - breach
+            excess = max(0, -floor(-(planned - target)))
+            return _freeze(acts, planned, target, floor_bytes, excess, full, breach)
         planned = floor_bytes + _greedy_upgrades(
             acts, lab, prot, base, priority, cost, int(floor(target - floor_bytes))
         )
         return _freeze(acts, planned, target, floor_bytes, 0, full)
 
 
-def solve_prompt_budget(
-    budget: float, budget_decode: float, prompt_tokens: int, answer_tokens: float, window: int
-) -> float:
-    """``B_P`` that makes a request's total meet ``B``: the answer keeps its recent window high
-    and ``B_D`` of the rest, the prompt gets what is left (clamped to [0, 1]).
-
-    Serving and calibration share this, so a table is selected at the plans it will serve.
-    """
-    if prompt_tokens <= 0:
-        return budget
-    protected = min(answer_tokens, window)
-    answer = budget_decode * max(answer_tokens - window, 0.0) + protected
-    share = (budget * (prompt_tokens + answer_tokens) - answer) / prompt_tokens
-    return min(1.0, max(0.0, share))
-
-
 def _freeze(
-    acts: np.ndarray, planned: int, target: Fraction, floor_bytes: int, excess: int, full: int
+    acts: np.ndarray,
+    planned: int,
+    target: Fraction,
+    floor_bytes: int,
+    excess: int,
+    full: int,
+    breach: int = 0,
 ) -> PrefillPlan:
     out = acts.astype(np.uint8)
     out.flags.writeable = False
-    return PrefillPlan(out, planned, target, floor_bytes, excess, full)
+    return PrefillPlan(out, planned, target, floor_bytes, excess, full, breach)
+
+
+def _release_below_floors(
+    acts: np.ndarray,
+    prot: np.ndarray,
+    priority: np.ndarray,
+    cost: np.ndarray,
+    need: int,
+) -> int:
+    """Undo floor moves in ``acts`` (in place) until ``need`` bytes are saved or only
+    protection is left; return the bytes saved.
+
+    ``acts`` starts at the floors; ``priority`` (``[n, g, 2]``) is per token. A move H→L ranks by
+    the token's L→H priority and L→R by its R→L priority; an L→R that needs an H→L first
+    inherits that move's rank when it is better, so the prefix taken is always legal. Ties
+    quantize before they release (as MiKV's tiers), then go to the older token, then the
+    lower group.
+    """
+    tok, grp = np.nonzero(~prot[:, None] & (acts > Action.R))
+    start = acts[tok, grp].astype(np.int64)
+    from_h = start == Action.H
+    # step 1 lowers every candidate once; step 2 (only from H) releases it afterwards
+    first_score = np.where(from_h, priority[tok, grp, 1], priority[tok, grp, 0])
+    t2, g2 = tok[from_h], grp[from_h]
+    second_score = np.maximum(priority[t2, g2, 0], first_score[from_h])
+    all_tok = np.concatenate([tok, t2])
+    all_grp = np.concatenate([grp, g2])
+    all_score = np.concatenate([first_score, second_score])
+    all_step = np.concatenate([np.zeros(len(tok), np.int64), np.ones(len(t2), np.int64)])
+    all_from = np.concatenate([start, np.full(len(t2), Action.L, np.int64)])
+    saved = cost[all_grp, all_from] - cost[all_grp, all_from - 1]
+    order = np.lexsort((all_grp, all_tok, all_step, all_score))
+    total = np.cumsum(saved[order])
+    take = order[: int(np.searchsorted(total, need, side="left")) + 1]
+    np.subtract.at(acts, (all_tok[take], all_grp[take]), 1)
+    return int(saved[take].sum())
 
 
 def _greedy_upgrades(

@@ -371,6 +371,7 @@ class Engine:
             tag_counts=dict(r.tag_counts),
             allocated_kv_bytes=self.store.allocated_bytes(),
             step_logits=tuple(r.step_logits) if r.keep_logits else None,
+            stages=getattr(r.state.session, "stage_plan", None),
         )
         self._release(r, drop_sequence=not r.keep_sequence)
         return (r, result)

@@ -117,8 +117,15 @@ class Runtime:
             self._memo["identity"] = (model_id_of(self._loaded), tok_hash)
         return self._memo["identity"]
 
-    def _session(self, chosen: Policy, budget: float | None, spec: OutputSpec | None = None) -> Any:
-        """A policy session for one request (the ledger's owner), on this model's costs."""
+    def _session(
+        self,
+        chosen: Policy,
+        budget: float | None,
+        spec: OutputSpec | None = None,
+        max_new_tokens: int | None = None,
+    ) -> Any:
+        """A policy session for one request (the ledger's owner), on this model's costs; the
+        stage budgets are solved for the answer length the request allows."""
         env = PolicyEnv(
             self.costs,
             self.engine.config.sinks,
@@ -126,6 +133,7 @@ class Runtime:
             self.default_budget if budget is None else check_budget(budget),
             *self._served_identity(),
             answer_family=None if spec is None else spec.tag_family,
+            max_new_tokens=max_new_tokens,
         )
         return chosen.start(env)
 
@@ -232,7 +240,7 @@ class Runtime:
         )  # fmt: skip
         spec = turn.spec or tool_spec
         # the policy plans the prompt knowing which kind of answer may follow
-        session = self._session(chosen, turn.budget, spec)
+        session = self._session(chosen, turn.budget, spec, turn.max_new_tokens)
         if conversation is not None:
             state, keep = conversation._acquire(self, session), True
         else:

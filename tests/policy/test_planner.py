@@ -72,11 +72,19 @@ def test_moves_toward_base_first_then_priority(table, small_costs) -> None:
     assert plan.planned_bytes == 72
 
 
-def test_floor_excess_recorded(table, small_costs) -> None:
-    # 4 function names (floor H) cost 4 · 96 = 384 > T_P = 0.5 · 384 = 192: excess 192.
+def test_floors_that_do_not_fit_are_released_and_reported(table, small_costs) -> None:
+    # 4 function names (floor H) cost 4 · 96 = 384 > T_P = 0.5 · 384 = 192. The budget wins:
+    # H→L moves (20 bytes each, equal priority) go before any release, oldest token first,
+    # then group: 10 moves save 200 ≥ 192 = tokens 0..2 in all groups + token 3 in group 0.
     plan = PrefillPlanner(table, small_costs, budget=0.5).plan([FN] * 4, protected=[False] * 4)
-    assert (plan.actions == H).all()
-    assert (plan.planned_bytes, plan.floor_bytes, plan.floor_excess_bytes) == (384, 384, 192)
+    assert plan.actions.tolist() == [[L] * 3, [L] * 3, [L] * 3, [L, H, H]]
+    assert (plan.planned_bytes, plan.floor_bytes, plan.floor_breach_bytes) == (184, 384, 200)
+    assert plan.floor_excess_bytes == 0 and plan.planned_bytes <= plan.target_bytes
+    # at B_P = 0 everything unprotected goes, quantized tokens released after
+    planner = PrefillPlanner(table, small_costs, budget=0)
+    zero = planner.plan([FN] * 4, protected=[True] + [False] * 3)
+    assert zero.actions.tolist() == [[H] * 3] + [[R] * 3] * 3
+    assert (zero.planned_bytes, zero.floor_breach_bytes, zero.floor_excess_bytes) == (96, 288, 96)
 
 
 def test_protection_never_overridden(table, small_costs) -> None:
@@ -93,7 +101,7 @@ def test_protection_never_overridden(table, small_costs) -> None:
 
 
 def test_cross_boundary_candidates_combine_conservatively(table, small_costs) -> None:
-    planner = PrefillPlanner(table, small_costs, budget=0)
+    planner = PrefillPlanner(table, small_costs, budget=Fraction(1, 3))  # T_P: one H token
     # Token 1 spans a description and a function name: the H floor of the name wins.
     plan = planner.plan_candidates([(SD,), (SD, FN), (PC,)], protected=[False] * 3)
     assert plan.actions.tolist() == [[R] * 3, [H] * 3, [R] * 3]
@@ -136,14 +144,21 @@ def test_plan_invariants(labels: list[str], budget: Fraction, data: st.DataObjec
     floors = np.array([[Action.parse(e.floor) for e in _DEFAULT.prefill[x]] for x in labels])
     prot = np.array(protected, dtype=bool)
     assert (acts[prot] == H).all()
-    if labels:
+    if labels and not plan.floor_breach_bytes:
         assert (acts >= floors.reshape(acts.shape)).all()
     cost = np.array(_QWEN.bytes_by_group)
     assert plan.planned_bytes == int(cost[np.arange(3), acts.astype(int)].sum())
-    if plan.floor_bytes >= plan.target_bytes:
-        assert plan.planned_bytes == plan.floor_bytes
-        assert plan.floor_excess_bytes == -((plan.target_bytes - plan.floor_bytes) // 1)
+    if plan.floor_bytes > plan.target_bytes:
+        # floors that do not fit are released (and reported) down to the target or to
+        # protection alone; only protection's bytes may stay over it
+        assert plan.planned_bytes == plan.floor_bytes - plan.floor_breach_bytes
+        assert plan.floor_excess_bytes == max(0, -((plan.target_bytes - plan.planned_bytes) // 1))
+        if plan.floor_excess_bytes:
+            assert (acts[~prot] == R).all()
+        else:
+            assert plan.target_bytes - plan.planned_bytes < _GROUP_FULL
     else:
+        assert plan.floor_breach_bytes == 0
         assert plan.floor_excess_bytes == 0
         assert plan.planned_bytes <= plan.target_bytes
         all_high = (acts == H).all()

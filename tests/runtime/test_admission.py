@@ -191,6 +191,8 @@ def test_a_reused_turn_plans_its_suffix_as_part_of_the_whole_prompt(tiny) -> Non
     assert plan == whole
     alone = list(session.plan_prefill(labels[keep:]))
     cost = engine.costs.token_cost
-    # planned alone, the suffix kept its first tokens whole as if they were sinks
+    # planned alone, the suffix kept its first tokens whole as if they were sinks, and its
+    # own budget (met by releasing below the hand-written floors) decided the rest
     assert all(cost(a) == engine.costs.full_bytes_per_token for a in alone[: cfg.sinks])
-    assert sum(cost(a) for a in plan[keep:]) < sum(cost(a) for a in alone)
+    assert session.stage_plan is not None and session.stage_plan.floor_breach_bytes > 0
+    assert plan[keep:] != alone

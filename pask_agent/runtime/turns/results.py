@@ -38,6 +38,11 @@ class Usage:
     # the prompt's part of kv_bytes / full_kv_bytes: B split into the prompt's and the answer's
     prompt_kv_bytes: int = 0
     prompt_full_kv_bytes: int = 0
+    # the stage budgets the policy planned this turn at (policy/stages.py; None: a policy
+    # without stages) and the prompt bytes it released below its floors to meet them
+    planned_b_prompt: float | None = None
+    planned_b_decode: float | None = None
+    floor_breach_bytes: int = 0
 
     @property
     def measured_b_prompt(self) -> float:
@@ -127,3 +132,4 @@ class Finished:
     allocated_kv_bytes: int = 0  # the store's pool tensors when the request ended
     # [V] fp32 logits of each sampled token before any mask, when the request kept them
     step_logits: tuple[torch.Tensor, ...] | None = None
+    stages: Any = None  # the session's StagePlan for this turn (policy/base.py), if it has one

@@ -68,6 +68,9 @@ def chat_result(f: Finished, spec: OutputSpec) -> ChatResult:
         allocated_kv_bytes=f.allocated_kv_bytes,
         prompt_kv_bytes=f.kv.prompt_bytes,
         prompt_full_kv_bytes=f.kv.prompt_full_bytes,
+        planned_b_prompt=None if f.stages is None else f.stages.budget_prompt,
+        planned_b_decode=None if f.stages is None else f.stages.budget_decode,
+        floor_breach_bytes=0 if f.stages is None else f.stages.floor_breach_bytes,
     )
     reason = "tool_calls" if calls else f.reason
     return ChatResult(f.text, calls, usage, reason, f.token_ids)

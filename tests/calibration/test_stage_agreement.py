@@ -1,0 +1,109 @@
+"""Calibration selects a table at the prompt budgets the runtime serves it with (issue 30,
+item 1): for the same prompt and budget, the ``B_P`` calibration's prompt candidates are
+replayed at (``calibrate.selection_prompt_budgets``) is the ``B_P`` the runtime's PASK session
+plans (``usage.planned_b_prompt``), and decoding is planned at the table's ``B_D``, below ``B``.
+
+SmolLM2-135M, two traces recorded by the runtime itself, the shipped table (transferred: its
+budgets and expected answer length are what is being checked, not its buckets).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pask_agent.calibration.traces import read_traces
+
+from pask_agent.calibration.calibrate import CalibrationConfig, selection_prompt_budgets
+from pask_agent.calibration.replay import TraceReplayer
+from pask_agent.policy.pask import PaskPolicy
+from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.runtime.runtime import Runtime
+
+WINDOW = 8
+
+
+def get_weather(city: str, unit: str = "celsius") -> str:
+    """Get the current weather in a city.
+
+    Args:
+        city: The city name, e.g. Oslo.
+        unit: Temperature unit, celsius or fahrenheit.
+    """
+    return "sunny"
+
+
+def convert_currency(amount: float, source: str, target: str) -> float:
+    """Convert an amount of money between currencies.
+
+    Args:
+        amount: How much money.
+        source: Three-letter code of the currency to convert from.
+        target: Three-letter code of the currency to convert to.
+    """
+    return amount
+
+
+@pytest.fixture(scope="module")
+def traces(smollm2, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("stage") / "dev.jsonl"
+
+    async def main() -> None:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            for q in ("What is the weather in Oslo?", "Convert 250 euros to US dollars."):
+                await rt.chat(
+                    [{"role": "user", "content": q}],
+                    tools=[get_weather, convert_currency],
+                    tool_choice="required",
+                    max_new_tokens=24,
+                    record_traces=str(path),
+                )
+
+    anyio.run(main)
+    return path
+
+
+def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> None:
+    table = PaskPolicy().resolved_table()
+    expected = table.expected_output_tokens
+    assert expected is not None
+    dev = read_traces(traces)
+    replayer = TraceReplayer(smollm2.tokenizer, int(smollm2.model.config.vocab_size))
+    replayed = [replayer.replay(t, where=str(i)) for i, t in enumerate(dev)]
+    config = CalibrationConfig(
+        traces=(traces,), dev=(traces,), out=traces.with_suffix(".json"), sinks=4, window=WINDOW
+    )
+    budgets = (0.2, 0.33)
+    selected = {
+        b: selection_prompt_budgets(replayed, b, table.budget_decode, expected, config)
+        for b in budgets
+    }
+
+    async def serve() -> dict[float, list[Any]]:
+        policy = PaskPolicy(table, allow_transfer=True)
+        out: dict[float, list[Any]] = {b: [] for b in budgets}
+        async with Runtime.open(smollm2, config=RuntimeConfig(sinks=4, window=WINDOW)) as rt:
+            for b in budgets:
+                for t in dev:
+                    result = await rt.chat(
+                        list(t.messages), tools=list(t.tools), tool_choice=t.tool_choice,
+                        parallel_tool_calls=t.parallel_tool_calls, policy=policy, budget=b,
+                        max_new_tokens=60,  # ≥ the expected answer: it does not cap the solve
+                    )  # fmt: skip
+                    out[b].append(result.usage)
+        return out
+
+    served = anyio.run(serve)
+    for b in budgets:
+        assert table.budget_decode < b
+        for usage, r, b_p in zip(served[b], replayed, selected[b], strict=True):
+            assert usage.prompt_tokens == r.prompt_len
+            assert usage.planned_b_prompt == b_p  # the same function on the same numbers
+            # decoding is planned at the table's B_D, not max(B_D, B); B_P got what it freed
+            assert usage.planned_b_decode == table.budget_decode
+            n = r.prompt_len
+            old_rule = (b * (n + expected) - min(expected, WINDOW)
+                        - b * max(expected - WINDOW, 0)) / n  # fmt: skip
+            assert b_p > old_rule and usage.measured_b_prompt <= b_p + 1e-9
