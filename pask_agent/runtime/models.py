@@ -36,7 +36,13 @@ from typing import Any
 
 import torch
 
-from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
+from pask_agent.errors import (
+    ConfigError,
+    ModelCacheError,
+    ModelHashMismatchError,
+    ModelNotAvailableError,
+)
+from pask_agent.runtime.cpu_linear import OneDNNLinear
 from pask_agent.runtime.key_offsets import measure_key_offsets
 from pask_agent.runtime.tokenizer_loading import open_tokenizer
 
@@ -362,3 +368,28 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
         raise
     model.eval()
     return LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
+
+
+def place_model(model: Any, device: str | None) -> torch.device:
+    """Move ``model`` to ``device`` (None: leave it) and return where it is: the device an
+    engine then puts its KV pools and input ids on (``RuntimeConfig.device``).
+
+    Raises
+    ------
+    ConfigError
+        ``device`` names a GPU torch cannot see, or the model's linear layers were already
+        converted for the CPU (``onednn_linear``), which cannot move.
+    """
+    here = next(model.parameters()).device
+    if device is None or torch.device(device) == here:
+        return here
+    target = torch.device(device)
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}, but torch sees no CUDA device here")
+    if any(isinstance(m, OneDNNLinear) for m in model.modules()):
+        raise ConfigError(
+            f"the model's linear layers were converted for the CPU (onednn_linear) by an "
+            f"earlier engine; load the model again to serve it on {device!r}"
+        )
+    model.to(target)
+    return next(model.parameters()).device
