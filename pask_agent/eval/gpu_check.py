@@ -258,11 +258,14 @@ def run_check(args: argparse.Namespace, argv: list[str] | None = None) -> dict[s
     size = SMOKE_SIZE if args.smoke else GPU_SIZE
     deadline = Deadline(args.max_seconds)
     prov = provenance(argv)
+    commit = prov["git_commit"]
+    # None: no git history here (a copied tree); source_sha256 still names the code
+    dirty = None if commit.startswith("unknown") else commit.endswith("+dirty")
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "smoke": bool(args.smoke),
         **prov,
-        "dirty": prov["git_commit"].endswith("+dirty"),
+        "dirty": dirty,
         "source_sha256": source_digest(),
         "stages": {},
     }

@@ -381,9 +381,9 @@ def place_model(model: Any, device: str | None) -> torch.device:
         converted for the CPU (``onednn_linear``), which cannot move.
     """
     here = next(model.parameters()).device
-    if device is None or torch.device(device) == here:
+    target = here if device is None else torch.device(device)
+    if target.type == here.type and target.index in (None, here.index):  # "cuda": the current GPU
         return here
-    target = torch.device(device)
     if target.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device={device!r}, but torch sees no CUDA device here")
     if any(isinstance(m, OneDNNLinear) for m in model.modules()):
