@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -55,8 +55,10 @@ from pask_agent.runtime.memory.admission import requests_that_fit
 from pask_agent.runtime.models.cpu_linear import step_weight_bytes
 from pask_agent.runtime.models.loading import LoadedModel, load_model
 from pask_agent.runtime.requests import Failed, Request, SamplingParams
-from pask_agent.runtime.runtime import Runtime
 from pask_agent.runtime.turns.results import Delta, Finished
+
+if TYPE_CHECKING:  # imported by bench(): run_level drives an Engine without the async Runtime
+    from pask_agent.runtime.runtime import Runtime
 
 FILLER = (
     "The agent reads a long tool catalogue before it answers. Each tool has a name, a "
@@ -92,14 +94,19 @@ def make_prompts(rt: Runtime, n_tokens: int, count: int) -> list[Prompt]:
     return out
 
 
-def measure_bandwidth(mib: int = 512, repeats: int = 5) -> float:
-    """Bytes/s this process reads from memory: the best of ``repeats`` sums over a fp32
-    tensor far larger than the caches, with the threads torch is set to use."""
-    x = torch.ones(mib << 18)
+def measure_bandwidth(mib: int = 512, repeats: int = 5, device: str = "cpu") -> float:
+    """Bytes/s this process reads from memory on ``device``: the best of ``repeats`` sums over
+    a fp32 tensor far larger than the caches (on a CPU with the threads torch is set to use;
+    on a GPU each sum is waited for)."""
+    x = torch.ones(mib << 18, device=device)
+    wait = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    x.sum()  # a GPU's first launch pays for its context and kernel loading
     best = float("inf")
     for _ in range(repeats):
+        wait()
         t = time.perf_counter()
         x.sum()
+        wait()
         best = min(best, time.perf_counter() - t)
     return x.numel() * x.element_size() / best
 
@@ -129,6 +136,8 @@ class _ForwardClock:
         self._t = time.perf_counter()
 
     def _post(self, module: Any, args: Any, out: Any) -> None:
+        if out.logits.is_cuda:  # the forward returns before a GPU has run it
+            torch.cuda.synchronize(out.logits.device)
         self.seconds += time.perf_counter() - self._t
 
     def close(self) -> None:
@@ -257,6 +266,8 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
     Rounds run the whole grid in turn (round 0, then round 1, ...), so a paired ratio of two
     policies within a round compares runs minutes apart, not a run at the start with one at
     the end, on a machine whose speed drifts."""
+    from pask_agent.runtime.runtime import Runtime
+
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     levels = concurrency_levels(args.concurrency, policies)
     if not levels or args.repeat < 1:

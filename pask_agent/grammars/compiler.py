@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import xgrammar
+from typing import TYPE_CHECKING, Any
 
 from pask_agent.errors import SchemaError
+
+if TYPE_CHECKING:  # imported by make_compiler: the token-id helpers run without xgrammar
+    import xgrammar
 
 # Tokens that end a turn, by their text; whichever of them the tokenizer has are stop tokens.
 _STOP_TOKEN_TEXTS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>")
@@ -80,6 +81,8 @@ def make_compiler(
     that writes the template's own call tags). Build one compiler per tokenizer and keep it: it
     caches compiled grammars.
     """
+    import xgrammar
+
     base = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
     vocab = tokenizer.get_vocab()
     stops = _stop_ids(tokenizer, vocab)

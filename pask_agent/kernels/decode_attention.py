@@ -37,15 +37,18 @@ largest mmap threshold, so its pages are reused (``runtime/memory/host_memory.py
 PAD_POSITION = torch.iinfo(torch.int64).max
 
 
-def _padded(offsets: list[int], seqs: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[S, C]`` indices into a flat per-sequence layout, and ``[S, C]`` validity."""
+def _padded(
+    offsets: list[int], seqs: list[int], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[S, C]`` indices into a flat per-sequence layout, and ``[S, C]`` validity, on
+    ``device`` (where the tensors they index live: a GPU when the reference runs there)."""
     starts = torch.tensor([offsets[b] for b in seqs], dtype=torch.int64)
     counts = torch.tensor([offsets[b + 1] - offsets[b] for b in seqs], dtype=torch.int64)
     width = int(counts.max()) if seqs else 0
     cols = torch.arange(width, dtype=torch.int64)
     valid = cols[None, :] < counts[:, None]
     index = torch.where(valid, starts[:, None] + cols[None, :], 0)
-    return index, valid
+    return index.to(device), valid.to(device)
 
 
 def _masked(scores: torch.Tensor, key_pos: torch.Tensor, row_pos: torch.Tensor) -> torch.Tensor:
@@ -142,7 +145,7 @@ def attend_small_queries(
     group = n_qh // n_kvh
     for batch in _batches(seqs, h_off, l_off):
         # queries: [Hkv, S, R, D] with row r = g * Tq + t, padding rows at PAD_POSITION
-        t_idx, t_valid = _padded(q_off, batch)
+        t_idx, t_valid = _padded(q_off, batch, q.device)
         n_s, n_t = t_idx.shape
         qg = q[t_idx].float().reshape(n_s, n_t, n_kvh, group, dim).permute(2, 0, 3, 1, 4)
         qg = qg.reshape(n_kvh, n_s, group * n_t, dim)
@@ -152,7 +155,7 @@ def attend_small_queries(
         ck, cv = (_rows(x, t_idx).float() for x in (cur_k, cur_v))  # [Hkv, S, Tq, D]
         parts = [_Part("cur", _scores(qg, ck, scale, t_pos, row_pos), cv, None, t_idx, t_valid)]
 
-        h_idx, h_valid = _padded(h_off, batch)
+        h_idx, h_valid = _padded(h_off, batch, q.device)
         if h_idx.shape[1]:
             slots = high.slots[h_idx]
             key_pos = torch.where(h_valid, high.positions[h_idx], PAD_POSITION)
@@ -161,7 +164,7 @@ def attend_small_queries(
                 _Part("high", _scores(qg, hk, scale, key_pos, row_pos), hv, None, h_idx, h_valid)
             )
 
-        l_idx, l_valid = _padded(l_off, batch)
+        l_idx, l_valid = _padded(l_off, batch, q.device)
         if l_idx.shape[1]:
             k_codes, v_codes, k_scales, v_scales = low_codes
             slots = low.slots[l_idx]

@@ -17,7 +17,12 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, check=False
+            )
+        except OSError:  # no git on this machine (a copied tree on a GPU host)
+            return ""
         return done.stdout.strip()
 
     commit = git("rev-parse", "HEAD") or "unknown"

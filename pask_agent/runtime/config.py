@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from pask_agent.errors import ConfigError
 from pask_agent.kernels.attention import ATTENTION_BACKENDS
 
@@ -68,6 +70,10 @@ class RuntimeConfig:
     # key (runtime/models/key_offsets.py): attention is unchanged, INT4 rows lose a shared channel
     # offset that otherwise sets their scale. Full KV and release-only policies never are.
     center_keys: bool = True
+    # Where the model and the KV pools live: "cuda", "cuda:1", "cpu". None: wherever the
+    # model was loaded, the pools beside it. A model on "cuda" attends with the Triton kernels
+    # (attention_backend "auto") and computes in its own dtype (bf16 for a GPU is usual).
+    device: str | None = None
 
     def __post_init__(self) -> None:
         capacity = 1 if self.kv_capacity_bytes is None else self.kv_capacity_bytes
@@ -83,3 +89,10 @@ class RuntimeConfig:
             raise ConfigError(
                 f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
             )
+        if self.device is not None:
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as exc:
+                raise ConfigError(
+                    f"device={self.device!r} is not a torch device; use 'cpu', 'cuda' or 'cuda:N'"
+                ) from exc

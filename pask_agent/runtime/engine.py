@@ -43,7 +43,7 @@ from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
 from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
 from pask_agent.runtime.memory.retention import retention_view
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
-from pask_agent.runtime.models.loading import LoadedModel
+from pask_agent.runtime.models.loading import LoadedModel, place_model
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 from pask_agent.runtime.requests import Event, Failed, Request, SamplingParams, SequenceState
 from pask_agent.runtime.turns.constraint import tag_key
@@ -75,18 +75,17 @@ class Engine:
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         cfg = self.config
+        self.device = place_model(self.model, cfg.device)
         if cfg.retain_host_memory:
             retain_freed_host_memory()
         if cfg.onednn_linear:
-            prepack_linear_layers(self.model)
+            prepack_linear_layers(self.model)  # CPU fp32 layers only; a GPU model is left as is
         self.capacity_bytes = cfg.kv_capacity_bytes or default_capacity_bytes(
             self.costs, cfg.max_batch, self.context_tokens
         )
         store_config = StoreConfig(cfg.sinks, cfg.window, attention_backend=cfg.attention_backend)
         offsets = loaded.key_offsets if cfg.center_keys else None
-        self.store = KVStore(
-            lay, store_config, capacity_bytes=self.capacity_bytes, key_offsets=offsets
-        )
+        self.store = KVStore(lay, store_config, self.device, self.capacity_bytes, offsets)
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
         self.vocab_size = int(self.model.config.vocab_size)
@@ -272,10 +271,11 @@ class Engine:
             tokens.extend(ids)
             r.state.ids_in_store.extend(ids)
             batch.append((r, ready))
-        device = next(self.model.parameters()).device
         want_scores = any(r.policy.needs_scores for r, _ in batch)
         step = self.store.begin_step(chunks, want_scores=want_scores)
-        logits = forward_step(self.model, self.cache, step, torch.tensor(tokens, device=device))
+        ids = torch.tensor(tokens, device=self.device)
+        # [B, V] on the host, beside the masks, bitmasks and generators (no-op on a CPU)
+        logits = forward_step(self.model, self.cache, step, ids).cpu()
         self.store.end_step(step)
         for r, ready in batch:
             if r.policy.revises and ready:

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import xgrammar as xgr
 
 from pask_agent.grammars.compiler import special_token_ids, stop_token_ids
 from pask_agent.runtime.requests import Request
@@ -50,6 +49,8 @@ class LogitMasks:
         """Mask ``logits [B, V]`` in place for the requests sampling at ``rows``."""
         constrained = [(row, r) for row, r in rows if r.constraint.matcher is not None]
         if constrained:
+            import xgrammar as xgr  # lazy: free-text rows (and their engines) need no xgrammar
+
             bitmask = xgr.allocate_token_bitmask(len(logits), self.vocab_size)
             xgr.reset_token_bitmask(bitmask)
             for row, r in constrained:

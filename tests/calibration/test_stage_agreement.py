@@ -14,12 +14,12 @@ from typing import Any
 
 import anyio
 import pytest
-from pask_agent.calibration.traces import read_traces
 
 from pask_agent.calibration.calibrate import CalibrationConfig, selection_prompt_budgets
 from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.policy.pask import PaskPolicy
-from pask_agent.runtime.engine import RuntimeConfig
+from pask_agent.record.traces import read_traces
+from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
 WINDOW = 8

@@ -19,8 +19,8 @@ import pytest
 from pask_agent.policy import Int4Policy, PaskPolicy, PolicyEnv, PositionBothPolicy
 from pask_agent.policy.actions import Action
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.runtime.engine import RuntimeConfig
-from pask_agent.runtime.models import LoadedModel, load_tokenizer
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.runtime import Runtime
 
 SINKS, WINDOW, NEW = 4, 8, 16

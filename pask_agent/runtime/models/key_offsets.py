@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ConfigError
-from pask_agent.runtime.models.seam import stock_attention
+from pask_agent.runtime.models.seam import cache_argument, stock_attention
 
 # A fixed mix of what the runtime serves, sent twice as a system message before one question;
 # its tokens' keys are averaged (after the sinks).
@@ -88,6 +88,6 @@ def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.T
         raise ConfigError(f"the model embeds {n} tokens of the offset text; need more than {skip}")
     cache = DynamicCache()
     with stock_attention(model), torch.no_grad():
-        model(input_ids=ids, cache=cache, use_cache=True)
+        model(input_ids=ids, use_cache=True, **{cache_argument(model): cache})
     means = [layer.keys[0, :, skip:].float().mean(dim=1) for layer in cache.layers]
     return torch.stack(means)  # [L, Hkv, D]

@@ -36,8 +36,14 @@ from typing import Any
 
 import torch
 
-from pask_agent.errors import ModelCacheError, ModelHashMismatchError, ModelNotAvailableError
+from pask_agent.errors import (
+    ConfigError,
+    ModelCacheError,
+    ModelHashMismatchError,
+    ModelNotAvailableError,
+)
 from pask_agent.record.traces import ModelId
+from pask_agent.runtime.models.cpu_linear import OneDNNLinear
 from pask_agent.runtime.models.key_offsets import measure_key_offsets
 from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
 
@@ -380,3 +386,28 @@ def model_identity(name: str, path: str | Path | None = None) -> ModelId:
             for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
                 digest.update(block)
     return ModelId(str(name), digest.hexdigest())
+
+
+def place_model(model: Any, device: str | None) -> torch.device:
+    """Move ``model`` to ``device`` (None: leave it) and return where it is: the device an
+    engine then puts its KV pools and input ids on (``RuntimeConfig.device``).
+
+    Raises
+    ------
+    ConfigError
+        ``device`` names a GPU torch cannot see, or the model's linear layers were already
+        converted for the CPU (``onednn_linear``), which cannot move.
+    """
+    here = next(model.parameters()).device
+    target = here if device is None else torch.device(device)
+    if target.type == here.type and target.index in (None, here.index):  # "cuda": the current GPU
+        return here
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r}, but torch sees no CUDA device here")
+    if any(isinstance(m, OneDNNLinear) for m in model.modules()):
+        raise ConfigError(
+            f"the model's linear layers were converted for the CPU (onednn_linear) by an "
+            f"earlier engine; load the model again to serve it on {device!r}"
+        )
+    model.to(target)
+    return next(model.parameters()).device

@@ -11,6 +11,7 @@ store hands out, never the retained length.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,6 +139,13 @@ class PaskCache(Cache):
         return call, call
 
 
+def cache_argument(model: Any) -> str:
+    """The keyword ``model``'s forward takes a cache by: ``cache`` since transformers 5.2x
+    (``past_key_values`` is its deprecated alias), ``past_key_values`` before (5.17 on the
+    GPU machine ``scripts/gpu_check.py`` runs on)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def forward_step(
     model: Any, cache: PaskCache, step: StepBatch, input_ids: torch.Tensor
 ) -> torch.Tensor:
@@ -146,8 +154,8 @@ def forward_step(
     out = model(
         input_ids=input_ids.view(1, -1),
         position_ids=step.positions.view(1, -1),
-        cache=cache,
         use_cache=True,
         logits_to_keep=step.last_token_rows().to(input_ids.device),
+        **{cache_argument(model): cache},
     )
     return out.logits[0].float()

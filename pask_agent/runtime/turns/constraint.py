@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-import xgrammar as xgr
 
 from pask_agent.grammars.tags import Tag
+
+if TYPE_CHECKING:  # imported where a matcher is made: free-text serving runs without xgrammar
+    import xgrammar as xgr
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,11 @@ class OutputSpec:
         return _TAG_FAMILY.get(self.kind)
 
     def start(self) -> Constraint:
-        matcher = xgr.GrammarMatcher(self.compiled) if self.compiled is not None else None
+        matcher = None
+        if self.compiled is not None:
+            import xgrammar as xgr  # lazy, see the import above
+
+            matcher = xgr.GrammarMatcher(self.compiled)
         return Constraint(matcher, self.new_tagger() if self.new_tagger else None)
 
 
