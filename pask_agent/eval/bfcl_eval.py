@@ -122,13 +122,6 @@ class BfclWorkload(Workload):
         detail = {"calls": calls, "text": result.text, "finish_reason": result.finish_reason}
         return Scored(correct, valid, error, Measured.of([result.usage]), detail)
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "split": self.split, "per_category": self.per_category,
-            "categories": list(self.categories), "max_new_tokens": self.max_new_tokens,
-            "system": self.system, "output": self.output_name, "parallel": self.parallel,
-        }  # fmt: skip
-
     def note(self, cases: int) -> str:
         return (
             f"{cases} BFCL v4 non-live cases ({self.per_category or 'all'} per category, split "
@@ -178,13 +171,18 @@ def write_traces(workload: BfclWorkload, path: Path | None) -> None:
     write(path, sorted(workload.traces, key=lambda t: order[t.id]))
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_shared(p, DEFAULTS)
+def add_case_arguments(p: argparse.ArgumentParser, categories: Sequence[str]) -> None:
+    """Which BFCL cases of the split: the first n of each category (BFCL-shaped evals)."""
     p.add_argument(
         "--cases-per-category", "--cases", dest="cases_per_category", type=int, default=None,
         help="first n per category (default all)",
     )  # fmt: skip
-    p.add_argument("--categories", default=",".join(NON_LIVE_CATEGORIES))
+    p.add_argument("--categories", default=",".join(categories))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shared(p, DEFAULTS)
+    add_case_arguments(p, NON_LIVE_CATEGORIES)
     p.add_argument(
         "--traces-out", type=Path, default=None, help="write the Full-KV run as traces (JSONL)"
     )

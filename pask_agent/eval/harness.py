@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -130,8 +130,19 @@ class Workload:
                 get_policy(c.policy)
 
     def settings(self) -> dict[str, Any]:
-        """What decides the rows besides the configuration; a resumed run must match it."""
-        return {}
+        """What decides the rows besides the configuration; a resumed run must match it.
+        Default: the workload's plain fields (numbers, strings, flags, lists of them) and the
+        name of any field that has one (a ``Policy``)."""
+        out: dict[str, Any] = {}
+        for f in fields(self) if is_dataclass(self) else ():
+            value = getattr(self, f.name)
+            if isinstance(value, tuple) and all(isinstance(v, str | int | float) for v in value):
+                out[f.name] = list(value)
+            elif value is None or isinstance(value, str | int | float | bool):
+                out[f.name] = value
+            elif isinstance(getattr(value, "name", None), str):
+                out[f.name] = value.name
+        return out
 
     def note(self, cases: int) -> str:
         return ""
@@ -197,7 +208,7 @@ async def run_cases(
             scored = workload.score(case, await workload.run(session, case, config))
         except PaskError as exc:
             error = f"{type(exc).__name__}: {str(exc)[:300]}"
-            scored = Scored(False, False, error, Measured(), dict(workload.failed_detail))
+            scored = Scored(False, False, error, Measured.values(), dict(workload.failed_detail))
         return Row.of(workload, case, name, config, scored, time.perf_counter() - start, meta)
 
     def finished(_: int, row: Row) -> None:

@@ -32,22 +32,29 @@ class Measured:
     counters whose name says fallback (tokens the tagger could not place, bytes a fallback
     moved); each is stored under its own key."""
 
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    kv_bytes: int = 0
-    full_kv_bytes: int = 0
-    measured_b: float = 0.0
-    pooled_b: float = 0.0
-    prompt_kv_bytes: int = 0
-    prompt_full_kv_bytes: int = 0
+    prompt_tokens: int
+    completion_tokens: int
+    kv_bytes: int
+    full_kv_bytes: int
+    measured_b: float
+    pooled_b: float
+    prompt_kv_bytes: int
+    prompt_full_kv_bytes: int
     fallbacks: Mapping[str, int] = field(default_factory=dict)
     tag_counts: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def values(cls, **given: Any) -> Measured:
+        """The fields given; every other count and ratio 0 (nothing measured, or not recorded
+        by the version of the eval that wrote a row)."""
+        zero = {f.name: 0 for f in fields(cls) if f.name not in ("fallbacks", "tag_counts")}
+        return cls(**{**zero, **given})
 
     @classmethod
     def of(cls, usages: Sequence[Any]) -> Measured:
         """Sum a case's ``Usage`` records (one per request it made)."""
         if not usages:
-            return cls()
+            return cls.values()
         full = sum(u.full_kv_bytes for u in usages)
         kv = sum(u.kv_bytes for u in usages)
         fallbacks: dict[str, int] = {}
@@ -171,7 +178,7 @@ class Row:
             correct=bool(d.pop("correct")),
             valid_call=bool(d.pop("valid_call", True)),
             error=d.pop("error", "") or "",
-            measured=Measured(**measured, fallbacks=fallbacks),
+            measured=Measured.values(**measured, fallbacks=fallbacks),
             seconds=float(d.pop("seconds", 0.0)),
             git_commit=d.pop("git_commit", ""),
             detail=d,

@@ -175,13 +175,6 @@ class MultiturnWorkload(Workload):
         }  # fmt: skip
         return Scored(correct, bool(calls), error, Measured.of([result.usage]), detail)
 
-    def settings(self) -> dict[str, Any]:
-        pask = self.pask if isinstance(self.pask, str) else self.pask.name
-        return {
-            "split": self.split, "conversations": self.count, "turns": self.turns,
-            "max_new_tokens": self.max_new_tokens, "pask": pask,
-        }  # fmt: skip
-
     def note(self, cases: int) -> str:
         return (
             f"{cases} conversations of {self.turns} BFCL cases ({', '.join(CATEGORIES)}, split "

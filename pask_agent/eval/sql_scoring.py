@@ -73,7 +73,7 @@ def score_answer(
     from pask_agent.integrations.sql_vote import result_digest
 
     u = answer.usage
-    measured = Measured(
+    measured = Measured.values(
         prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
         kv_bytes=u.kv_bytes, full_kv_bytes=u.full_kv_bytes,
         measured_b=round(u.max_measured_b, 4), pooled_b=round(u.measured_b, 4),

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result
+from pask_agent.eval.bfcl_eval import add_case_arguments
 from pask_agent.eval.harness import Config, Measured, Row, Run, Scored, Workload, configurations
 from pask_agent.eval.harness_args import Defaults, main_of, names, run_eval
 from pask_agent.eval.harness_args import add_arguments as add_shared
@@ -150,12 +151,6 @@ class StructuredWorkload(Workload):
         # valid: Runtime.call returned complete JSON that validates against the schema
         return Scored(correct, True, error, Measured.of([usage]), detail)
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "split": self.split, "per_category": self.per_category,
-            "categories": list(self.categories), "max_new_tokens": self.max_new_tokens,
-        }  # fmt: skip
-
     def note(self, cases: int) -> str:
         return (
             f"{cases} BFCL v4 single-function cases ({self.per_category or 'all'} per category "
@@ -206,11 +201,7 @@ async def evaluate(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shared(p, DEFAULTS)
-    p.add_argument(
-        "--cases-per-category", "--cases", dest="cases_per_category", type=int, default=None,
-        help="first n per category (default all)",
-    )  # fmt: skip
-    p.add_argument("--categories", default=",".join(CATEGORIES))
+    add_case_arguments(p, CATEGORIES)
 
 
 def run(args: argparse.Namespace) -> int:

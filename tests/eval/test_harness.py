@@ -33,7 +33,7 @@ from pask_agent.eval.harness import (
     evaluate,
     run_ordered,
 )
-from pask_agent.eval.harness_args import Defaults, add_arguments
+from pask_agent.eval.harness_args import Defaults, add_arguments, run_eval
 from pask_agent.eval.harness_report import merge, summarize_rows
 from pask_agent.eval.harness_rows import read_rows
 
@@ -75,8 +75,14 @@ class SumWorkload(Workload):
         return Scored(right, True, "" if right else f"got {value['answer']}",
                       Measured.of([usage]), {"answer": value["answer"]})  # fmt: skip
 
-    def settings(self) -> dict[str, Any]:
-        return {"n": self.n}
+
+def add_sum_arguments(p: argparse.ArgumentParser) -> None:
+    """This module as an eval command (``--workers`` runs its ``run`` in each process)."""
+    add_arguments(p, Defaults(out="sums", policies="full,streaming", budgets="0.5"))
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_eval(args, SumWorkload(), module=__name__, log=lambda _: None)
 
 
 def run_sums(out: Path, model: Any, **options: Any) -> list[Any]:
@@ -146,9 +152,11 @@ def test_configurations_run_budget_by_budget_with_full_once() -> None:
 
 def test_summary_measures_budget_three_ways_and_counts_fallbacks() -> None:
     def row(case: str, group: str, ok: bool, kv: int, full: int, prompt: tuple[int, int]) -> Row:
-        m = Measured(kv_bytes=kv, full_kv_bytes=full, measured_b=kv / full, pooled_b=kv / full,
-                     prompt_kv_bytes=prompt[0], prompt_full_kv_bytes=prompt[1],
-                     fallbacks={"tagger_fallbacks": 1})  # fmt: skip
+        m = Measured.values(
+            kv_bytes=kv, full_kv_bytes=full, measured_b=kv / full, pooled_b=kv / full,
+            prompt_kv_bytes=prompt[0], prompt_full_kv_bytes=prompt[1],
+            fallbacks={"tagger_fallbacks": 1},
+        )  # fmt: skip
         return Row(case, group, "h2o", "h2o", 0.33, ok, True, "", m, 2.0, "abc")
 
     (s,) = summarize_rows([
@@ -232,6 +240,26 @@ def test_shards_merged_equal_the_unsharded_run(whole: Path, smollm2: Any, tmp_pa
     ]
     with pytest.raises(ConfigError, match="appears in two parts"):
         merge(SumWorkload(), [parts[0], parts[0]], tmp_path / "twice")
+
+
+def test_workers_run_shards_in_processes_and_merge_them(whole: Path, tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_sum_arguments(parser)
+    out = tmp_path / "sums"
+    argv = ["--workers", "2", "--concurrency", "1", "--model", "smollm2-135m", "--out", str(out)]
+    assert run(parser.parse_args(argv)) == 0
+    for i in range(2):  # each worker wrote its shard, which a rerun would resume
+        shard = rows_of(tmp_path / f"sums-shard{i}of2")
+        assert [r["id"] for r in shard] == [f"s{k}" for k in range(i, 4, 2)] * 2
+    merged = rows_of(out)  # one thread per worker: near-tie tokens may differ from `whole`
+    assert [(r["config"], r["id"]) for r in merged] == [
+        (r["config"], r["id"]) for r in rows_of(whole)
+    ]
+    assert json.loads(out.with_suffix(".json").read_text())["settings"]["merged_from"] == [
+        str(tmp_path / f"sums-shard{i}of2") for i in range(2)
+    ]
+    with pytest.raises(ConfigError, match="drop --shard"):
+        run(parser.parse_args([*argv, "--shard", "0/2"]))
 
 
 # -- flags -------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def record(
         "predicted_sql": "SELECT 1", "repairs": 0, "candidates": candidates,
         "example_match": False,
     }  # fmt: skip
-    measured = Measured(completion_tokens=9, measured_b=b, pooled_b=b)
+    measured = Measured.values(completion_tokens=9, measured_b=b, pooled_b=b)
     return Row(f"q{i}", difficulty, "full k=3", "full", 1.0, ok, True, "", measured, 1.0, "",
                detail)  # fmt: skip
 
