@@ -65,7 +65,13 @@ def _summary(rows: Sequence[Row]) -> Summary:
     for r in rows:
         groups.setdefault(r.group, []).append(r.correct)
     full = sum(r.measured.full_kv_bytes for r in rows)
-    per_case = [r.measured.measured_b for r in rows if r.measured.full_kv_bytes]
+    measured = [r.measured for r in rows if r.measured.full_kv_bytes or r.measured.measured_b]
+    per_case = [m.measured_b for m in measured]  # requests that raised measured nothing
+    pooled = (
+        sum(r.measured.kv_bytes for r in rows) / full
+        if full
+        else (sum(m.pooled_b for m in measured) / len(measured) if measured else 0.0)
+    )  # rows without byte counts (older SQL files): the mean of their own ratios
     split = [r.measured for r in rows if r.measured.prompt_full_kv_bytes]
     b_p = b_d = None
     if split:
@@ -88,7 +94,7 @@ def _summary(rows: Sequence[Row]) -> Summary:
         overall=sum(r.correct for r in rows) / len(rows),
         valid_rate=sum(r.valid_call for r in rows) / len(rows),
         errors=sum(bool(r.error) and not r.valid_call for r in rows),
-        measured_b=sum(r.measured.kv_bytes for r in rows) / full if full else 0.0,
+        measured_b=pooled,
         mean_b=sum(per_case) / len(per_case) if per_case else 0.0,
         max_b=max(per_case, default=0.0),
         measured_b_prompt=b_p,
@@ -142,7 +148,8 @@ def markdown_table(summaries: Sequence[Summary], *, groups: Sequence[str] = ()) 
         row += [f"{b:.3f}" for b in (s.measured_b, s.mean_b, s.max_b)]
         stages = (s.measured_b_prompt, s.measured_b_answer)
         row += ["–" if b is None else f"{b:.3f}" for b in stages]
-        row += [str(sum(s.fallbacks.values())), str(s.cases), f"{s.seconds / s.cases:.1f}"]
+        latency = f"{s.seconds / s.cases:.1f}" if s.seconds else "–"  # older rows: unknown
+        row += [str(sum(s.fallbacks.values())), str(s.cases), latency]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 
