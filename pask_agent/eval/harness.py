@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import anyio
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.eval.harness_report import Summary, summarize_rows, write_report
 from pask_agent.eval.harness_rows import Measured, Row, RowFile, Scored
 from pask_agent.record.provenance import provenance
 
@@ -251,7 +252,6 @@ class Run:
     restart: bool = False
     concurrency: int | None = None
     shard: Shard | None = None
-    extra_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 async def evaluate(
@@ -262,9 +262,9 @@ async def evaluate(
     model: Any = "default",
     runtime_config: Any = None,
     log: Callable[[str], None] = print,
-) -> list[Any]:
+) -> list[Summary]:
     """Run every configuration over the workload's cases and rewrite the result files after
-    each one; returns the summaries (``harness_report.Summary``).
+    each one; returns the summaries.
 
     Raises
     ------
@@ -272,7 +272,6 @@ async def evaluate(
         An unknown policy or bad input (before the model loads), or an existing JSONL written
         with other settings (resume it with the same ones, or pass ``restart``).
     """
-    from pask_agent.eval.harness_report import summarize_rows, write_report
     from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
@@ -283,7 +282,6 @@ async def evaluate(
     model_name = model if isinstance(model, str) else model.name
     settings = {"workload": workload.name, "model": model_name, **workload.settings()}
     settings |= {"shard": f"{run.shard.index}/{run.shard.count}" if run.shard else None}
-    settings |= dict(run.extra_settings)
     started = provenance()
     file = RowFile(run.out.with_suffix(".jsonl"), workload)
     keys = [
@@ -292,7 +290,7 @@ async def evaluate(
     done = {} if run.restart else file.resume(settings, set(keys))
     note = workload.note(len(cases))
 
-    def write() -> list[Any]:
+    def write() -> list[Summary]:
         rows = [done[k] for k in keys if k in done]
         file.rewrite(rows)
         return write_report(run.out, workload, rows, started, settings, run.references, note)
