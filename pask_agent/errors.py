@@ -6,6 +6,9 @@ input, missing installs and broken files.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 
 class PaskError(Exception):
     """Base class of every error pask-agent raises on purpose."""
@@ -84,3 +87,26 @@ class ToolCallError(ValidationFailedError):
         super().__init__(message)
         self.tool = tool
         self.path = path
+
+
+def exit_code(command: Callable[[], int], prefix: str = "error") -> int:
+    """Run a command line's work: a typed error (or a task group of them, as the runtime's
+    raise) is printed as ``<prefix>: <message>`` and gives exit status 2; anything else is a
+    bug and propagates with its traceback."""
+    try:
+        return int(command() or 0)
+    except PaskError as exc:
+        print(f"{prefix}: {exc}", file=sys.stderr)
+        return 2
+    except BaseExceptionGroup as group:
+        match, rest = group.split(PaskError)
+        if match is None or rest is not None:
+            raise
+        stack: list[BaseException] = [match]
+        while stack:
+            exc = stack.pop(0)
+            if isinstance(exc, BaseExceptionGroup):
+                stack[:0] = list(exc.exceptions)
+            else:
+                print(f"{prefix}: {exc}", file=sys.stderr)
+        return 2

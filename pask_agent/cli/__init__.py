@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 import sys
 
-from pask_agent.errors import PaskError
+from pask_agent.errors import exit_code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,25 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except PaskError as exc:
-        print(f"pask-agent {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except BaseExceptionGroup as group:  # errors raised inside the runtime's task group
-        match, rest = group.split(PaskError)
-        if match is None or rest is not None:
-            raise
-        for exc in _leaves(match):
-            print(f"pask-agent {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-
-
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    out: list[BaseException] = []
-    for exc in group.exceptions:
-        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return out
+    return exit_code(lambda: args.func(args), f"pask-agent {args.command}: error")
 
 
 if __name__ == "__main__":

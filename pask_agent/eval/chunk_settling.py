@@ -23,7 +23,10 @@ from typing import Any
 
 import anyio
 
-from pask_agent.eval.bfcl_eval import load_split, run_config, summarize
+from pask_agent.eval.bfcl_eval import BfclWorkload, load_split
+from pask_agent.eval.harness import Config, run_cases
+from pask_agent.eval.harness_report import summarize_rows
+from pask_agent.record.provenance import provenance
 
 
 async def compare(
@@ -35,17 +38,19 @@ async def compare(
 
     cases = load_split(split, per_category)
     loaded = await anyio.to_thread.run_sync(load_model, model)
+    run = provenance()
     variants: dict[str, Any] = {}
     for chunk in chunks:
         config = RuntimeConfig(max_batch=max(16, len(cases)), prefill_chunk_tokens=chunk)
         start = time.perf_counter()
         async with Runtime.open(loaded, config=config) as rt:
-            results = await run_config(rt, cases, "pask", budget)
-        summary = summarize(results, time.perf_counter() - start)
+            rows = await run_cases(BfclWorkload(), rt, cases, Config("pask", budget), run=run)
+        (summary,) = summarize_rows(rows)
         variants[str(chunk)] = {
             "summary": asdict(summary),
-            "correct": {r.id: r.correct for r in results},
-            "max_prompt_tokens": max(r.prompt_tokens for r in results),
+            "seconds": round(time.perf_counter() - start, 1),
+            "correct": {r.id: r.correct for r in rows},
+            "max_prompt_tokens": max(r.measured.prompt_tokens for r in rows),
         }
         print(f"chunk {chunk}: acc {summary.overall:.3f} measured B {summary.measured_b:.3f}")
     first, *rest = variants.values()
@@ -53,7 +58,7 @@ async def compare(
         name: sorted(i for i, ok in v["correct"].items() if ok != first["correct"][i])
         for name, v in zip(list(variants)[1:], rest, strict=True)
     }
-    return {"cases": len(cases), "budget": budget, "variants": variants, "differ": differ}
+    return {**run, "cases": len(cases), "budget": budget, "variants": variants, "differ": differ}
 
 
 def main(argv: list[str] | None = None) -> int:

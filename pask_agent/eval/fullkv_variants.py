@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,14 +38,9 @@ import anyio
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase
-from pask_agent.eval.bfcl_eval import (
-    CaseResult,
-    ConfigSummary,
-    load_split,
-    markdown_table,
-    run_config,
-    summarize,
-)
+from pask_agent.eval.bfcl_eval import BfclWorkload, load_split
+from pask_agent.eval.harness import Config, Row, run_cases
+from pask_agent.eval.harness_report import Summary, markdown_table, summarize_rows
 from pask_agent.record.provenance import provenance
 
 SEVERAL = (
@@ -153,24 +147,21 @@ def parse_wrapped(text: str) -> list[dict[str, Any]]:
 
 async def run_variant(
     variant: Variant, cases: Sequence[BfclCase], *, model: str, max_new_tokens: int
-) -> tuple[list[CaseResult], ConfigSummary]:
+) -> tuple[list[Row], Summary]:
     from pask_agent.runtime.config import RuntimeConfig
     from pask_agent.runtime.runtime import Runtime
 
     config = RuntimeConfig(max_batch=max(16, len(cases)), continue_calls_at=variant.tau)
     async with Runtime.open(model, config=config) as rt:
-        start = time.perf_counter()
-        rows = await run_config(
-            rt,
-            cases,
-            "full",
-            1.0,
+        workload = BfclWorkload(
             max_new_tokens=max_new_tokens,
             system=PROMPTS[variant.prompt],
             output=wrapped_output(variant.fmt, rt),
+            output_name=variant.fmt,
             parallel=True if variant.all_parallel else None,
         )
-        summary = summarize(rows, time.perf_counter() - start)
+        rows = await run_cases(workload, rt, cases, Config("full", 1.0), run=provenance())
+    (summary,) = summarize_rows(rows)
     return rows, summary
 
 
@@ -199,7 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         with out.with_suffix(".jsonl").open("a", encoding="utf-8") as f:
             for r in rows:
-                f.write(json.dumps({"variant": variant.name, **asdict(r)}) + "\n")
+                f.write(
+                    json.dumps({"variant": variant.name, **r.to_json(BfclWorkload.group_key)})
+                    + "\n"
+                )
         done["runs"][f"{variant.name}@{args.split}:{','.join(categories)}"] = {
             "variant": variant.name,
             "split": args.split,
@@ -216,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write_markdown(path: Path, done: dict[str, Any]) -> None:
     runs = list(done["runs"].values())
-    summaries = [ConfigSummary(**{**r["summary"], "policy": r["variant"]}) for r in runs]
-    table = markdown_table(summaries, title="Full KV on the BFCL dev split: how the model is asked")
+    table = markdown_table([_summary(r) for r in runs])
     lines = [
+        "# Full KV on the BFCL dev split: how the model is asked",
+        "",
         table,
         "",
         "| variant | split | categories | cases/category | commit |",
@@ -230,6 +225,16 @@ def _write_markdown(path: Path, done: dict[str, Any]) -> None:
             f"{r['cases_per_category']} | {r['git_commit'][:10]} |"
         )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _summary(run: dict[str, Any]) -> Summary:
+    """A stored run's summary as the harness's (runs stored before it lack a few fields)."""
+    s = {k: v for k, v in run["summary"].items() if k in Summary.__dataclass_fields__}
+    return Summary(**{
+        "correct": round(s["overall"] * s["cases"]), "errors": 0, "fallbacks": {},
+        "measured_b_prompt": None, "measured_b_answer": None,
+        **s, "config": run["variant"], "label": run["variant"], "policy": "full",
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

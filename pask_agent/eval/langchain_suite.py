@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError
+from pask_agent.record.provenance import provenance
 
 SUITE_FILE = (
     Path(__file__).resolve().parents[2] / "tests" / "integrations" / "langchain_standard.py"
@@ -91,7 +91,7 @@ def write_results(outcomes: list[TestOutcome], out_dir: Path, seconds: float) ->
         "model": "default",
         "langchain_tests": _version("langchain-tests"),
         "langchain_core": _version("langchain-core"),
-        "machine": platform.machine(),
+        **provenance(),
         "wall_seconds": round(seconds, 1),
         "counts": counts,
         "tests": [asdict(o) for o in outcomes],
@@ -104,6 +104,9 @@ def write_results(outcomes: list[TestOutcome], out_dir: Path, seconds: float) ->
         f"langchain-tests {record['langchain_tests']}, langchain-core {record['langchain_core']}; "
         f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
         f"in {seconds / 60:.1f} min.",
+        "",
+        f"Command: `{record['command']}` at commit `{record['git_commit']}` on "
+        f"{record['machine']}.",
         "",
         "| test | outcome | s | reason |",
         "| --- | --- | ---: | --- |",

@@ -17,9 +17,10 @@ Configurations, all on the same conversations:
 * ``pask_plain``: the same, but with every history token labelled as plain content (what the
   prompt labeller did before mixed turns were tagged).
 
-The report pairs each PASK variant against Full KV and against the other (bootstrap interval,
-exact McNemar), gives measured B (prompt and answer) and counts the generated tokens per tag
-bucket: the census of what a mixed turn actually generates.
+The report (``eval/harness.py`` writes it, and resumes, shards and merges runs) pairs each
+PASK variant against Full KV and against the other (bootstrap interval, exact McNemar), gives
+measured B (prompt and answer) and counts the generated tokens per tag bucket: the census of
+what a mixed turn actually generates.
 
 ``python -m pask_agent.eval.multiturn_eval --split dev --conversations 40 --out
 results/multiturn_dev``
@@ -28,28 +29,29 @@ results/multiturn_dev``
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import anyio
-
-from pask_agent.errors import ConfigError, PaskError
+from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result, ground_truth_calls
-from pask_agent.eval.paired import compare_paired, paired_table
+from pask_agent.eval.harness import Config, Measured, Row, Run, Scored, Workload, configurations
+from pask_agent.eval.harness_args import Defaults, main_of, run_eval
+from pask_agent.eval.harness_args import add_arguments as add_shared
+from pask_agent.eval.harness_report import summarize_rows
 from pask_agent.eval.splits import cases_in
 from pask_agent.grammars.span_labels import label_prompt_spans
 from pask_agent.grammars.tool_spec import ToolSpec, tool_specs
-from pask_agent.record.provenance import provenance
 
 CATEGORIES = ("simple_python", "multiple")
 CONFIGS = ("full", "pask", "pask_plain")
+DEFAULTS = Defaults(
+    out="results/multiturn_dev", policies=",".join(CONFIGS), max_new_tokens=160,
+    reference="full,pask_plain", policy_flags=("--configs",),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -120,179 +122,104 @@ def conversations(split: str, count: int, turns: int) -> list[Conversation]:
 
 
 @dataclass(frozen=True)
-class TurnResult:
-    id: str
-    config: str
-    correct: bool
-    calls: tuple[dict[str, Any], ...]
-    text: str
-    mixed: bool  # prose before the calls
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    measured_b: float
-    measured_b_prompt: float | None
-    measured_b_answer: float | None
-    tag_counts: dict[str, int] = field(default_factory=dict)
-    error: str = ""
+class MultiturnWorkload(Workload):
+    """Conversations' open turns; ``pask`` is the PASK policy (a name or a ``Policy``) that the
+    two PASK configurations run. Configurations are ``CONFIGS``, not registered policies."""
 
+    split: str = "dev"
+    count: int = 40
+    turns: int = 3
+    max_new_tokens: int = 160
+    pask: Any = "pask"
 
-async def run_config(
-    rt: Any,
-    convs: Sequence[Conversation],
-    config: str,
-    budget: float,
-    max_new_tokens: int,
-    pask: Any = "pask",
-) -> list[TurnResult]:
-    """Every conversation's open turn under one configuration, submitted together; ``pask``
-    is the PASK policy (a name or a ``Policy``) the two PASK configurations run."""
-    out: list[TurnResult | None] = [None] * len(convs)
+    name: ClassVar[str] = "multiturn"
+    title: ClassVar[str] = (
+        "Agent conversations from BFCL cases: history labelled by structure or not"
+    )
+    failed_detail: ClassVar[dict[str, Any]] = {
+        "calls": [], "text": "", "mixed": False, "finish_reason": "error",
+    }  # fmt: skip
 
-    async def one(i: int, conv: Conversation) -> None:
-        out[i] = await _turn(rt, conv, config, budget, max_new_tokens, pask)
+    def cases(self) -> Sequence[Conversation]:
+        return conversations(self.split, self.count, self.turns)
 
-    async with anyio.create_task_group() as tg:
-        for i, conv in enumerate(convs):
-            tg.start_soon(one, i, conv)
-    return [r for r in out if r is not None]
+    def check(self, configs: Sequence[Config]) -> None:
+        unknown = {c.policy_name for c in configs} - set(CONFIGS)
+        if unknown:
+            raise ConfigError(f"unknown configurations {sorted(unknown)}; choose from {CONFIGS}")
 
-
-async def _turn(
-    rt: Any, conv: Conversation, config: str, budget: float, max_new_tokens: int, pask: Any
-) -> TurnResult:
-    tools = conv.tools()
-    options: dict[str, Any] = {"policy": "full" if config == "full" else pask}
-    if config != "full":
-        options["budget"] = budget
-    if config == "pask_plain":  # history as plain content: only the tool list is labelled
-        options["label_spans"] = lambda text: label_prompt_spans(text, tools)
-    try:
-        result = await rt.chat(
+    async def run(self, rt: Any, conv: Conversation, config: Config) -> Any:
+        tools = conv.tools()
+        name = config.policy_name
+        options: dict[str, Any] = {"policy": "full" if name == "full" else self.pask}
+        if name != "full":
+            options["budget"] = config.budget
+        if name == "pask_plain":  # history as plain content: only the tool list is labelled
+            options["label_spans"] = lambda text: label_prompt_spans(text, tools)
+        return await rt.chat(
             conv.messages(), tools=tools, tool_choice="auto", parallel_tool_calls=False,
-            max_new_tokens=max_new_tokens, **options,
+            max_new_tokens=self.max_new_tokens, **options,
         )  # fmt: skip
-    except PaskError as exc:
-        return TurnResult(
-            conv.id, config, False, (), "", False, "error", 0, 0, 0.0, None, None,
-            error=f"{type(exc).__name__}: {exc}",
-        )  # fmt: skip
-    calls = tuple({"name": c.name, "arguments": c.arguments} for c in result.tool_calls)
-    correct, error = False, ""
-    if calls:
-        check = ast_check_result(conv.last, calls)
-        correct = bool(check["valid"])
-        if not correct:
-            error = f"{check.get('error_type', '')}: {str(check.get('error', ''))[:200]}"
-    u = result.usage
-    return TurnResult(
-        conv.id, config, correct, calls, result.text, bool(calls and result.content),
-        result.finish_reason, u.prompt_tokens, u.completion_tokens, u.measured_b,
-        u.measured_b_prompt, u.measured_b_answer, dict(u.tag_counts), error,
-    )  # fmt: skip
 
+    def score(self, conv: Conversation, result: Any) -> Scored:
+        calls = [{"name": c.name, "arguments": c.arguments} for c in result.tool_calls]
+        correct, error = False, ""
+        if calls:
+            check = ast_check_result(conv.last, calls)
+            correct = bool(check["valid"])
+            if not correct:
+                error = f"{check.get('error_type', '')}: {str(check.get('error', ''))[:200]}"
+        detail = {
+            "calls": calls, "text": result.text, "mixed": bool(calls and result.content),
+            "finish_reason": result.finish_reason,
+        }  # fmt: skip
+        return Scored(correct, bool(calls), error, Measured.of([result.usage]), detail)
 
-def summarize(results: Sequence[TurnResult]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for config in CONFIGS:
-        rows = [r for r in results if r.config == config]
-        if not rows:
-            continue
-        out[config] = {
-            "n": len(rows),
-            "accuracy": sum(r.correct for r in rows) / len(rows),
-            "called": sum(bool(r.calls) for r in rows) / len(rows),
-            "mixed_turns": sum(r.mixed for r in rows),
-            "prose_only": sum(not r.calls for r in rows),
-            "mean_b": sum(r.measured_b for r in rows) / len(rows),
-            "max_b": max(r.measured_b for r in rows),
-            "mean_b_prompt": _mean([r.measured_b_prompt for r in rows]),
-            "mean_b_answer": _mean([r.measured_b_answer for r in rows]),
-            "mean_prompt_tokens": sum(r.prompt_tokens for r in rows) / len(rows),
+    def note(self, cases: int) -> str:
+        return (
+            f"{cases} conversations of {self.turns} BFCL cases ({', '.join(CATEGORIES)}, split "
+            f"{self.split!r} of calibration_data/splits/bfcl.json); the last request is "
+            "answered under tool_choice='auto' with every tool of the conversation, greedy, "
+            f"max_new_tokens={self.max_new_tokens}; measured B over prompt + answer at the end "
+            "of the turn; official BFCL AST checker on the last case; 'valid' = the turn "
+            "called a tool."
+        )
+
+    def report(self, rows: Sequence[Row]) -> tuple[dict[str, Any], str]:
+        turns = {
+            s.label: {
+                "mixed_turns": sum(r.detail.get("mixed", False) for r in mine),
+                "prose_only": sum(not r.detail.get("calls") for r in mine),
+                "mean_prompt_tokens": sum(r.measured.prompt_tokens for r in mine) / len(mine),
+            }
+            for s in summarize_rows(rows)
+            if (mine := [r for r in rows if (r.config, r.budget) == (s.config, s.budget)])
         }
-    return out
+        tags = census(rows)
+        md = [
+            "## Turns: calls after prose (mixed), prose only, prompt length",
+            "",
+            "| configuration | mixed turns | prose only | prompt tokens |",
+            "|---|---|---|---|",
+        ]
+        md += [f"| {n} | {t['mixed_turns']} | {t['prose_only']} | {t['mean_prompt_tokens']:.0f} |"
+               for n, t in turns.items()]  # fmt: skip
+        md += ["", "## Generated tokens per tag bucket (census of the answers)", ""]
+        md += ["| bucket | " + " | ".join(tags) + " |", "|---" * (len(tags) + 1) + "|"]
+        keys = sorted({k for v in tags.values() for k in v}, key=lambda k: -sum(
+            v.get(k, 0) for v in tags.values()
+        ))  # fmt: skip
+        for k in keys:
+            md.append(f"| {k} | " + " | ".join(str(v.get(k, 0)) for v in tags.values()) + " |")
+        return {"turns": turns, "tag_census": tags}, "\n".join(md) + "\n"
 
 
-def census(results: Sequence[TurnResult]) -> dict[str, dict[str, int]]:
+def census(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
     """Generated tokens per tag bucket and configuration."""
     counts: dict[str, Counter[str]] = {}
-    for r in results:
-        counts.setdefault(r.config, Counter()).update(r.tag_counts)
+    for r in rows:
+        counts.setdefault(r.label, Counter()).update(r.measured.tag_counts)
     return {c: dict(sorted(v.items(), key=lambda kv: -kv[1])) for c, v in counts.items()}
-
-
-def paired(results: Sequence[TurnResult]) -> list[tuple[str, Any]]:
-    by = {c: {r.id: r.correct for r in results if r.config == c} for c in CONFIGS}
-    rows = []
-    for a, b in (("pask", "full"), ("pask_plain", "full"), ("pask", "pask_plain")):
-        if by[a] and by[b]:
-            rows.append((f"{a} vs {b}", compare_paired(by[a], by[b])))
-    return rows
-
-
-def write(
-    out: Path, results: Sequence[TurnResult], note: str, run: dict[str, Any] | None = None
-) -> None:
-    """Write ``<out>.jsonl``, ``.json`` and ``.md``; ``run`` is the provenance taken when the
-    run started (taken later, the commit could be one others made while it ran)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.with_suffix(".jsonl").open("w", encoding="utf-8") as f:
-        for r in results:
-            f.write(json.dumps(asdict(r), ensure_ascii=False) + "\n")
-    run = run or provenance()
-    summary, tags, pairs = summarize(results), census(results), paired(results)
-    out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "note": note,
-                **run,
-                "summaries": summary,
-                "paired": {name: asdict(c) for name, c in pairs},
-                "tag_census": tags,
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
-    )
-    lines = [
-        "# Agent conversations from BFCL cases: history labelled by structure or not\n",
-        "| configuration | n | accuracy % | called % | mixed turns | prose only | mean B | max B "
-        "| B_P | B_D | prompt tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, s in summary.items():
-        lines.append(
-            f"| {name} | {s['n']} | {100 * s['accuracy']:.1f} | {100 * s['called']:.1f} | "
-            f"{s['mixed_turns']} | {s['prose_only']} | {s['mean_b']:.3f} | {s['max_b']:.3f} | "
-            f"{_fmt(s['mean_b_prompt'])} | {_fmt(s['mean_b_answer'])} | "
-            f"{s['mean_prompt_tokens']:.0f} |"
-        )
-    if pairs:
-        lines += ["", "## Paired (same conversations)", "", paired_table(pairs, reference="b")]
-    lines += ["## Generated tokens per tag bucket (census of the answers)", ""]
-    lines += ["| bucket | " + " | ".join(tags) + " |", "|---" * (len(tags) + 1) + "|"]
-    keys = sorted({k for v in tags.values() for k in v}, key=lambda k: -sum(
-        v.get(k, 0) for v in tags.values()
-    ))  # fmt: skip
-    for k in keys:
-        lines.append(f"| {k} | " + " | ".join(str(v.get(k, 0)) for v in tags.values()) + " |")
-    lines += [
-        "",
-        note,
-        "",
-        f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}.",
-    ]
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def _mean(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
 
 
 async def evaluate(
@@ -303,63 +230,34 @@ async def evaluate(
     budget: float,
     configs: Sequence[str],
     out: Path,
-    model: str = "default",
+    model: Any = "default",
     max_new_tokens: int = 160,
     log: Any = print,
     pask: Any = "pask",
-) -> dict[str, dict[str, Any]]:
-    from pask_agent.runtime.config import RuntimeConfig
-    from pask_agent.runtime.runtime import Runtime
+) -> list[Any]:
+    """Every configuration's open turns (the harness's ``evaluate``), paired against Full KV
+    and against ``pask_plain``; returns the summaries."""
+    from pask_agent.eval import harness
 
-    unknown = set(configs) - set(CONFIGS)
-    if unknown:
-        raise ConfigError(f"unknown configurations {sorted(unknown)}; choose from {CONFIGS}")
-    if not 0 < budget <= 1:
-        raise ConfigError(f"budget {budget} must lie in (0, 1]")
-    convs = conversations(split, count, turns)
-    note = (
-        f"{len(convs)} conversations of {turns} BFCL cases ({', '.join(CATEGORIES)}, split "
-        f"{split!r} of calibration_data/splits/bfcl.json); the last request is answered under "
-        f"tool_choice='auto' with every tool of the conversation, model {model!r}, greedy, "
-        f"max_new_tokens={max_new_tokens}, PASK at B = {budget}; measured B over prompt + "
-        "answer at the end of the turn; official BFCL AST checker on the last case."
-    )
-    results: list[TurnResult] = []
-    run = provenance()
-    async with Runtime.open(model, config=RuntimeConfig(max_batch=16)) as rt:
-        for config in configs:
-            start = time.perf_counter()
-            batch = await run_config(rt, convs, config, budget, max_new_tokens, pask)
-            results += batch
-            write(out, results, note, run)
-            s = summarize(batch)[config]
-            log(
-                f"{config}: acc {s['accuracy']:.3f} mean B {s['mean_b']:.3f} max B "
-                f"{s['max_b']:.3f} mixed {s['mixed_turns']} in {time.perf_counter() - start:.0f}s"
-            )
-    return summarize(results)
+    workload = MultiturnWorkload(split, count, turns, max_new_tokens, pask)
+    run = Run(out, references=("full", "pask_plain"))
+    plan = configurations(list(configs), [budget])
+    return await harness.evaluate(workload, plan, run, model=model, log=log)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shared(p, DEFAULTS)
+    p.add_argument("--conversations", type=int, default=40)
+    p.add_argument("--turns", type=int, default=3)
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = MultiturnWorkload(args.split, args.conversations, args.turns, args.max_new_tokens)
+    return run_eval(args, workload, module=__spec__.name)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--split", default="dev", choices=("calibration", "dev", "test"))
-    p.add_argument("--conversations", type=int, default=40)
-    p.add_argument("--turns", type=int, default=3)
-    p.add_argument("--budget", type=float, default=0.33)
-    p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--model", default="default")
-    p.add_argument("--max-new-tokens", type=int, default=160)
-    p.add_argument("--out", type=Path, default=Path("results/multiturn_dev"))
-    args = p.parse_args(argv)
-    asyncio.run(
-        evaluate(
-            split=args.split, count=args.conversations, turns=args.turns, budget=args.budget,
-            configs=[c for c in args.configs.split(",") if c], out=args.out, model=args.model,
-            max_new_tokens=args.max_new_tokens,
-        )
-    )  # fmt: skip
-    print(f"wrote {args.out}.jsonl, .json and .md")
-    return 0
+    return main_of(add_arguments, run, "python -m pask_agent.eval.multiturn_eval", __doc__, argv)
 
 
 if __name__ == "__main__":

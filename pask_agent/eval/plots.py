@@ -17,23 +17,33 @@ class BudgetPoint(Protocol):
     overall: float
 
 
-def plot_accuracy_vs_budget(points: Sequence[BudgetPoint], path: Path, *, title: str) -> Path:
-    """Write a PNG of overall accuracy (%) against measured ``B``; returns ``path``."""
+def plot_accuracy_vs_budget(
+    points: Sequence[BudgetPoint],
+    path: Path,
+    *,
+    title: str,
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write a PNG of overall accuracy (%) against measured ``B``, one line per configuration
+    (``point.config`` where the point has one, else its policy); returns ``path``.
+    ``metadata`` goes into the PNG's text chunks (where the figure came from)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    by_policy: dict[str, list[tuple[float, float]]] = {}
+    lines: dict[tuple[str, bool], list[tuple[float, float]]] = {}
     for p in points:
-        by_policy.setdefault(p.policy, []).append((p.measured_b, 100 * p.overall))
-    for policy, xy in by_policy.items():
+        key = (getattr(p, "config", p.policy), p.policy == "full")
+        lines.setdefault(key, []).append((p.measured_b, 100 * p.overall))
+    for (name, full), xy in lines.items():
         xy.sort()
-        if policy == "full":
-            ax.axhline(xy[-1][1], color="black", linestyle="--", linewidth=1, label="full KV")
+        if full:
+            label = "full KV" if name == "full" else name
+            ax.axhline(xy[-1][1], color="black", linestyle="--", linewidth=1, label=label)
             continue
-        ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=policy)
+        ax.plot([x for x, _ in xy], [y for _, y in xy], marker="o", label=name)
     ax.set_xlabel("measured KV budget B (prompt + generated, scales included)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
@@ -41,7 +51,7 @@ def plot_accuracy_vs_budget(points: Sequence[BudgetPoint], path: Path, *, title:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, metadata=metadata)
     plt.close(fig)
     return path
 

@@ -21,31 +21,32 @@ Usage::
         --policies full,pask,mikv --budget 0.33 --out results/structured_test
 
 writes ``<out>.jsonl`` (one line per case and policy), ``<out>.json`` (summaries, bucket counts,
-paired comparisons, command, commit, machine), ``<out>.md`` and ``<out>.png``.
+paired comparisons, command, commit, machine), ``<out>.md`` and ``<out>.png`` through the
+harness (``eval/harness.py``), which also resumes, shards and merges.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import anyio
-
-from pask_agent.errors import ConfigError, PaskError
+from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import BfclCase, ast_check_result
-from pask_agent.eval.bfcl_eval import CaseResult, ConfigSummary, summarize
-from pask_agent.eval.bfcl_eval import write_results as bfcl_write_results
-from pask_agent.eval.splits import PARTITIONS, cases_in
-from pask_agent.eval.tag_buckets import BucketSummary, bucket_summary, bucket_table, buckets_of
+from pask_agent.eval.bfcl_eval import add_case_arguments
+from pask_agent.eval.harness import Config, Measured, Row, Run, Scored, Workload, configurations
+from pask_agent.eval.harness_args import Defaults, main_of, names, run_eval
+from pask_agent.eval.harness_args import add_arguments as add_shared
+from pask_agent.eval.harness_report import summarize_rows
+from pask_agent.eval.splits import cases_in
+from pask_agent.eval.tag_buckets import bucket_summary, bucket_table, buckets_of
 from pask_agent.grammars.tool_spec import ToolSpec
-from pask_agent.record.provenance import provenance
 
 CATEGORIES: tuple[str, ...] = ("simple_python", "multiple")
+DEFAULTS = Defaults(out="results/structured_dev", max_new_tokens=256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,10 @@ class StructuredTask:
     function: ToolSpec  # the gold function; its normalized parameters are the schema
     prompt: str
     system: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.case.id
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -99,115 +104,78 @@ def check_arguments(task: StructuredTask, arguments: Mapping[str, Any]) -> dict[
     return ast_check_result(task.case, [{"name": task.function.name, "arguments": arguments}])
 
 
-@dataclass(frozen=True, slots=True)
-class StructuredResult:
-    """One task under one configuration: the BFCL-shaped result (its one call is the task's
-    function with the answer as arguments) and the generated tokens per structural bucket."""
+@dataclass(frozen=True)
+class StructuredWorkload(Workload):
+    """BFCL single-call cases asked through ``Runtime.call``; a row's one call is the task's
+    function with the answer as arguments, and its tag counts give the structural buckets."""
 
-    result: CaseResult
-    tag_counts: dict[str, int] = field(default_factory=dict)
+    split: str = "dev"
+    per_category: int | None = None
+    categories: tuple[str, ...] = CATEGORIES
+    max_new_tokens: int = 256
 
-    @property
-    def buckets(self) -> int:
-        """Structural buckets the generated tokens spread over."""
-        return buckets_of(self.tag_counts)
+    name: ClassVar[str] = "structured"
+    title: ClassVar[str] = (
+        "BFCL as structured outputs (runtime.call): accuracy and measured KV budget"
+    )
+    groups: ClassVar[tuple[str, ...]] = CATEGORIES
+    failed_detail: ClassVar[dict[str, Any]] = {
+        "calls": [], "text": "", "finish_reason": "error", "buckets": 0,
+    }  # fmt: skip
 
-    def row(self) -> dict[str, Any]:
-        return {**asdict(self.result), "tag_counts": self.tag_counts, "buckets": self.buckets}
+    def cases(self) -> Sequence[StructuredTask]:
+        return structured_tasks(self.split, self.per_category, self.categories)
 
+    def group(self, task: StructuredTask) -> str:
+        return task.case.category
 
-async def run_policy(
-    rt: Any,
-    tasks: Sequence[StructuredTask],
-    policy: Any,
-    budget: float,
-    *,
-    max_new_tokens: int = 256,
-) -> list[StructuredResult]:
-    """All ``tasks`` under one policy (a name or a ``Policy``) and budget, submitted together
-    so the runtime batches them; results come back in task order."""
-    results: list[StructuredResult | None] = [None] * len(tasks)
+    async def run(self, rt: Any, task: StructuredTask, config: Config) -> Any:
+        # a cut or invalid answer raises ValidationFailedError: the harness's invalid row
+        return await rt.call(
+            task.schema, task.prompt, policy=config.policy, budget=config.budget,
+            max_new_tokens=self.max_new_tokens, system=task.system, with_usage=True,
+        )  # fmt: skip
 
-    async def one(i: int, task: StructuredTask) -> None:
-        results[i] = await _run_task(rt, task, policy, budget, max_new_tokens)
-
-    async with anyio.create_task_group() as tg:
-        for i, task in enumerate(tasks):
-            tg.start_soon(one, i, task)
-    return [r for r in results if r is not None]
-
-
-async def _run_task(
-    rt: Any, task: StructuredTask, policy: Any, budget: float, max_new_tokens: int
-) -> StructuredResult:
-    label = policy if isinstance(policy, str) else policy.name
-    case = task.case
-    try:
-        value, usage = await rt.call(
-            task.schema,
-            task.prompt,
-            policy=policy,
-            budget=budget,
-            max_new_tokens=max_new_tokens,
-            system=task.system,
-            with_usage=True,
+    def score(self, task: StructuredTask, answer: Any) -> Scored:
+        value, usage = answer
+        check = check_arguments(task, value)
+        correct = bool(check["valid"])
+        error = (
+            "" if correct else f"{check.get('error_type', '')}: {str(check.get('error', ''))[:300]}"
         )
-    except PaskError as exc:  # a cut or invalid answer (ValidationFailedError), a refused request
-        return StructuredResult(CaseResult(
-            case.id, case.category, label, budget, False, False, (), "", "error",
-            0, 0, 0, 0, 0.0, f"{type(exc).__name__}: {str(exc)[:300]}",
-        ))  # fmt: skip
-    check = check_arguments(task, value)
-    correct = bool(check["valid"])
-    error = "" if correct else f"{check.get('error_type', '')}: {str(check.get('error', ''))[:300]}"
-    u = usage
-    result = CaseResult(
-        case.id,
-        case.category,
-        label,
-        budget,
-        correct,
-        True,  # Runtime.call returned: complete JSON that validates against the schema
-        ({"name": task.function.name, "arguments": value},),
-        json.dumps(value, ensure_ascii=False),
-        "stop",
-        u.prompt_tokens,
-        u.completion_tokens,
-        u.kv_bytes,
-        u.full_kv_bytes,
-        u.measured_b,
-        error,
-        u.tagger_fallbacks,
-        u.prompt_kv_bytes,
-        u.prompt_full_kv_bytes,
-    )
-    return StructuredResult(result, dict(u.tag_counts))
+        detail = {
+            "calls": [{"name": task.function.name, "arguments": value}],
+            "text": json.dumps(value, ensure_ascii=False), "finish_reason": "stop",
+            "buckets": buckets_of(usage.tag_counts),
+        }  # fmt: skip
+        # valid: Runtime.call returned complete JSON that validates against the schema
+        return Scored(correct, True, error, Measured.of([usage]), detail)
 
+    def note(self, cases: int) -> str:
+        return (
+            f"{cases} BFCL v4 single-function cases ({self.per_category or 'all'} per category "
+            f"of {', '.join(self.categories)}; split {self.split!r} of "
+            "calibration_data/splits/bfcl.json) asked as structured outputs: schema = the gold "
+            "function's normalized parameters, prompt = the question + one line naming the "
+            "function and its description (+ Runtime.call's field list). Greedy, "
+            f"max_new_tokens={self.max_new_tokens}; the answer is scored by BFCL's AST checker "
+            "as a call of that function; 'valid' = Runtime.call returned an answer that "
+            "validates against the schema. measured B = Σ live KV bytes / Σ Full-KV bytes at "
+            "the end of each request (prompt + generated, INT4 scales included); B_P / B_D "
+            "split it over prompt and generated tokens. Buckets: usage.tag_counts keys other "
+            "than untagged/tagger_fallback."
+        )
 
-def write_results(
-    out: Path,
-    results: Sequence[StructuredResult],
-    summaries: Sequence[ConfigSummary],
-    buckets: Sequence[BucketSummary],
-    note: str,
-    run: dict[str, Any] | None = None,
-) -> None:
-    """Write ``<out>.jsonl``, ``<out>.json``, ``<out>.md`` and the plot ``<out>.png``.
-
-    ``run`` is the provenance taken when the run started (default: now); taken later, the
-    commit could be one that others made while the run was going."""
-    bfcl_write_results(
-        out,
-        [r.result for r in results],
-        summaries,
-        note,
-        title="BFCL as structured outputs (runtime.call): accuracy and measured KV budget",
-        rows=[r.row() for r in results],
-        extra_json={"buckets": [asdict(b) for b in buckets]},
-        extra_markdown="\n## Structural buckets of the generated tokens\n\n"
-        + bucket_table(buckets),
-        run=run,
-    )
+    def report(self, rows: Sequence[Row]) -> tuple[dict[str, Any], str]:
+        buckets = [
+            bucket_summary(s.config, s.budget, [
+                r.measured.tag_counts if r.valid_call else None
+                for r in rows if (r.config, r.budget) == (s.config, s.budget)
+            ])
+            for s in summarize_rows(rows)
+        ]  # fmt: skip
+        md = "## Structural buckets of the generated tokens\n\n" + bucket_table(buckets)
+        return {"buckets": [asdict(b) for b in buckets]}, md
 
 
 async def evaluate(
@@ -221,92 +189,30 @@ async def evaluate(
     max_new_tokens: int = 256,
     categories: Sequence[str] = CATEGORIES,
     log: Any = print,
-) -> list[ConfigSummary]:
+) -> list[Any]:
     """Run every policy (names or ``Policy`` objects; ``full`` at ``B = 1``) on the same tasks
-    and rewrite the result files after each one. ``model`` is a name or a ``LoadedModel``.
+    and rewrite the result files after each one. ``model`` is a name or a ``LoadedModel``."""
+    from pask_agent.eval import harness
 
-    Raises
-    ------
-    ConfigError
-        An unknown policy name, a budget outside ``(0, 1]``, or no policy.
-    """
-    from pask_agent.policy.registry import get_policy
-    from pask_agent.runtime.config import RuntimeConfig
-    from pask_agent.runtime.runtime import Runtime
+    workload = StructuredWorkload(split, per_category, tuple(categories), max_new_tokens)
+    configs = configurations(policies, [budget])
+    return await harness.evaluate(workload, configs, Run(out), model=model, log=log)
 
-    if not policies:
-        raise ConfigError("name at least one policy")
-    if not 0 < budget <= 1:
-        raise ConfigError(f"budget {budget} must lie in (0, 1] (a share of Full-KV bytes)")
-    for p in policies:
-        if isinstance(p, str):
-            get_policy(p)  # unknown names fail before the model loads
-    tasks = structured_tasks(split, per_category, categories)
-    model_name = model if isinstance(model, str) else model.name
-    note = (
-        f"{len(tasks)} BFCL v4 single-function cases ({per_category or 'all'} per category of "
-        f"{', '.join(categories)}; split {split!r} of calibration_data/splits/bfcl.json) asked "
-        "as structured outputs: schema = the gold function's normalized parameters, prompt = "
-        "the question + one line naming the function and its description (+ Runtime.call's "
-        f"field list). Model {model_name!r}, greedy, max_new_tokens={max_new_tokens}; the "
-        "answer is scored by BFCL's AST checker as a call of that function; 'valid calls' = "
-        "Runtime.call returned an answer that validates against the schema. measured B = "
-        "Σ live KV bytes / Σ Full-KV bytes at the end of each request (prompt + generated, "
-        "INT4 scales included); B_P / B_D split it over prompt and generated tokens. Buckets: "
-        "usage.tag_counts keys other than untagged/tagger_fallback."
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_shared(p, DEFAULTS)
+    add_case_arguments(p, CATEGORIES)
+
+
+def run(args: argparse.Namespace) -> int:
+    workload = StructuredWorkload(
+        args.split, args.cases_per_category, tuple(names(args.categories)), args.max_new_tokens
     )
-    run = provenance()
-    config = RuntimeConfig(max_batch=max(16, len(tasks)))
-    results: list[StructuredResult] = []
-    summaries: list[ConfigSummary] = []
-    buckets: list[BucketSummary] = []
-    async with Runtime.open(model, config=config) as rt:
-        for policy in policies:
-            label = policy if isinstance(policy, str) else policy.name
-            b = 1.0 if label == "full" else budget
-            start = time.perf_counter()
-            batch = await run_policy(rt, tasks, policy, b, max_new_tokens=max_new_tokens)
-            summary = summarize([r.result for r in batch], time.perf_counter() - start)
-            results += batch
-            summaries.append(summary)
-            counts = [r.tag_counts if r.result.valid_call else None for r in batch]
-            buckets.append(bucket_summary(label, b, counts))
-            write_results(out, results, summaries, buckets, note, run)
-            spread = buckets[-1]
-            log(
-                f"{label} B={b:.2f}: acc {summary.overall:.3f} measured B "
-                f"{summary.measured_b:.3f} buckets/case {spread.mean_buckets:.2f} fallbacks "
-                f"{spread.tagger_fallbacks} errors {spread.errors} in {summary.seconds:.0f}s"
-            )
-    return summaries
+    return run_eval(args, workload, module=__spec__.name)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pask_agent.eval.structured_eval")
-    p.add_argument("--policies", default="full,pask", help="comma-separated policy names")
-    p.add_argument("--budget", type=float, default=0.33, help="target total B (full runs at 1)")
-    p.add_argument("--cases-per-category", type=int, default=None, help="first n (default all)")
-    p.add_argument("--categories", default=",".join(CATEGORIES))
-    p.add_argument("--split", default="dev", choices=PARTITIONS)
-    p.add_argument("--out", default="results/structured_dev", help="path without extension")
-    p.add_argument("--model", default="default")
-    p.add_argument("--max-new-tokens", type=int, default=256)
-    args = p.parse_args(argv)
-    policies = [x.strip() for x in args.policies.split(",") if x.strip()]
-    categories = [x.strip() for x in args.categories.split(",") if x.strip()]
-    anyio.run(
-        lambda: evaluate(
-            policies,
-            args.budget,
-            per_category=args.cases_per_category,
-            split=args.split,
-            out=Path(args.out),
-            model=args.model,
-            max_new_tokens=args.max_new_tokens,
-            categories=categories,
-        )
-    )
-    return 0
+    return main_of(add_arguments, run, "python -m pask_agent.eval.structured_eval", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import anyio
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase, ast_check
+from pask_agent.eval.harness import run_ordered
 from pask_agent.eval.splits import cases_in
 from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet
 from pask_agent.record.traces import Trace, messages_json, write_traces
@@ -64,17 +65,13 @@ async def record_cases(
     rt: Any, cases: Sequence[BfclCase], *, max_new_tokens: int = 200
 ) -> list[Trace]:
     """Serve ``cases`` at Full KV together (the runtime batches) and return their traces."""
-    traces: list[Trace | None] = [None] * len(cases)
 
-    async def one(i: int, case: BfclCase) -> None:
+    async def one(case: BfclCase) -> Trace:
         request = case.request()
         result = await rt.chat(**request, policy="full", max_new_tokens=max_new_tokens)
-        traces[i] = case_trace(case, request, result, rt.model_id)
+        return case_trace(case, request, result, rt.model_id)
 
-    async with anyio.create_task_group() as tg:
-        for i, case in enumerate(cases):
-            tg.start_soon(one, i, case)
-    return [t for t in traces if t is not None]
+    return await run_ordered(cases, one)
 
 
 def record_bfcl(
@@ -115,7 +112,7 @@ async def record_sql(
     """Serve every question of ``questions`` (a ``SqlQuestionSet``) at Full KV through the SQL
     assistant's own prompt and grammar; each trace's ``ok`` is execution accuracy against the
     gold query and its ``reference`` says how to score a replayed output again."""
-    from pask_agent.eval.sql_eval import gold_orders, results_match
+    from pask_agent.eval.sql_scoring import gold_orders, results_match
     from pask_agent.integrations.sql import SQLiteAssistant
     from pask_agent.integrations.sql_db import SqlExecutionError
 
@@ -123,9 +120,8 @@ async def record_sql(
         db: SQLiteAssistant(path, runtime=rt, candidates=1, max_new_tokens=max_new_tokens)
         for db, path in questions.databases
     }
-    traces: list[Trace | None] = [None] * len(questions.questions)
 
-    async def one(i: int, q: SqlQuestion) -> None:
+    async def one(q: SqlQuestion) -> Trace:
         assistant = assistants[q.db]
         result = await assistant.complete(q.question, policy="full")
         try:
@@ -134,7 +130,7 @@ async def record_sql(
             ok = results_match(predicted, gold, ordered=gold_orders(q.gold_sql))
         except SqlExecutionError:
             ok = False
-        traces[i] = Trace(
+        return Trace(
             messages=tuple(messages_json(assistant.messages(q.question))),
             output=result.text,
             output_token_ids=tuple(result.token_ids),
@@ -153,13 +149,10 @@ async def record_sql(
         )
 
     try:
-        async with anyio.create_task_group() as tg:
-            for i, q in enumerate(questions.questions):
-                tg.start_soon(one, i, q)
+        return await run_ordered(questions.questions, one)
     finally:
         for assistant in assistants.values():
             assistant.close()
-    return [t for t in traces if t is not None]
 
 
 def record_sql_split(

@@ -227,10 +227,16 @@ def tag_census(
 
 
 def write_census(census: TagCensus, out: str | Path) -> tuple[Path, Path]:
-    """Write ``out`` (JSON) and the same path with ``.md``; returns both paths."""
+    """Write ``out`` (JSON) and the same path with ``.md``, each saying which command, commit
+    and machine made it; returns both paths."""
+    from pask_agent.record.provenance import provenance
+
+    run = provenance()
     json_path = Path(out)
     md_path = json_path.with_suffix(".md")
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(census.to_dict(), indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(census.to_markdown(), encoding="utf-8")
+    body = {**census.to_dict(), **run}
+    json_path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+    source = f"Command: `{run['command']}` at commit `{run['git_commit']}` on {run['machine']}."
+    md_path.write_text(census.to_markdown() + f"\n{source}\n", encoding="utf-8")
     return json_path, md_path

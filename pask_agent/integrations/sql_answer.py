@@ -3,7 +3,8 @@ question cost over all its candidates and repair turns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from pask_agent.integrations.sql_vote import SqlCandidate
@@ -17,7 +18,9 @@ class SqlUsage:
     Token counts and KV bytes are sums over the candidates' final requests; ``measured_b`` is
     their summed KV payload over their summed Full-KV bytes, and ``max_measured_b`` the worst
     single candidate's (a budget holds per request, so that is the number to check it against).
-    ``seconds`` is the wall time of the whole ask, decoding and execution.
+    ``seconds`` is the wall time of the whole ask, decoding and execution. The prompts' part of
+    the KV bytes gives the realized B_P and B_D; ``tag_counts`` sums the generated tokens per
+    structural bucket (``Usage.tag_counts``, where tagger fallbacks are counted).
     """
 
     candidates: int
@@ -30,6 +33,13 @@ class SqlUsage:
     max_measured_b: float
     peak_kv_bytes: int
     seconds: float
+    prompt_kv_bytes: int = 0
+    prompt_full_kv_bytes: int = 0
+    tag_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def tagger_fallbacks(self) -> int:
+        return self.tag_counts.get("tagger_fallback", 0)
 
     @classmethod
     def of(cls, usages: list[Usage], seconds: float) -> SqlUsage:
@@ -46,6 +56,9 @@ class SqlUsage:
             max((u.measured_b for u in usages), default=0.0),
             sum(u.peak_kv_bytes for u in usages),
             seconds,
+            sum(u.prompt_kv_bytes for u in usages),
+            sum(u.prompt_full_kv_bytes for u in usages),
+            dict(sum((Counter(u.tag_counts) for u in usages), Counter())),
         )
 
     def as_dict(self) -> dict[str, Any]:

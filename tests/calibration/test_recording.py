@@ -81,7 +81,7 @@ def test_traces_record_cli_on_bfcl(default_model, tmp_path: Path) -> None:
 def test_traces_record_cli_on_sql(default_model, tmp_path: Path) -> None:
     from pask_agent.cli import main
     from pask_agent.eval.sql_data import load_sample_questions
-    from pask_agent.eval.sql_eval import gold_orders, results_match
+    from pask_agent.eval.sql_scoring import gold_orders, results_match
     from pask_agent.integrations.sql_db import ReadOnlyDatabase, SqlExecutionError
 
     out = tmp_path / "sql.jsonl"

@@ -1,4 +1,5 @@
-"""The BFCL harness: the fixed split file, summaries, and a real-model smoke run.
+"""The BFCL eval: the fixed split file and a real-model smoke run (the harness's own tests,
+summaries, merges and resume, are in ``test_harness.py``).
 
 The smoke run serves 4 dev cases (one per non-live category) with the bundled default model
 under ``full`` and ``pask`` at ``B = 0.33``: PASK's single-call outputs must be valid calls, its
@@ -25,16 +26,9 @@ import pytest
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, ast_check, load_bfcl
-from pask_agent.eval.bfcl_eval import (
-    CaseResult,
-    configurations,
-    evaluate,
-    load_split,
-    merge_results,
-    run_config,
-    summarize,
-    write_results,
-)
+from pask_agent.eval.bfcl_eval import BfclWorkload, evaluate, load_split
+from pask_agent.eval.harness import Config, run_cases
+from pask_agent.eval.harness_report import summarize_rows
 from pask_agent.eval.splits import PARTITIONS, load_split_file, make_split, schema_key
 from pask_agent.record.traces import read_traces
 
@@ -60,80 +54,6 @@ def test_split_file_is_fixed_disjoint_and_schema_closed() -> None:
         load_split("train", 3)
     with pytest.raises(ConfigError, match="split file"):
         load_split_file(Path("/nonexistent/bfcl.json"))
-
-
-def test_configurations_and_summary_arithmetic() -> None:
-    assert configurations(["full", "pask"], [0.33, 0.5]) == [
-        ("full", 1.0), ("pask", 0.33), ("pask", 0.5),
-    ]  # fmt: skip
-    with pytest.raises(ConfigError, match="budget"):
-        configurations(["pask"], [1.5])
-
-    def row(cat: str, ok: bool, live: int, full: int) -> CaseResult:
-        return CaseResult(
-            "x", cat, "h2o", 0.33, ok, True, (), "", "tool_calls", 10, 5, live, full, live / full
-        )
-
-    s = summarize([row("parallel", True, 30, 100), row("parallel", False, 10, 300),
-                   row("multiple", True, 40, 100)])  # fmt: skip
-    assert s.accuracy == {"parallel": 0.5, "multiple": 1.0}
-    assert s.overall == pytest.approx(2 / 3)
-    assert s.measured_b == pytest.approx(80 / 500)  # Σ live / Σ full
-    assert s.mean_b == pytest.approx((0.3 + 10 / 300 + 0.4) / 3)
-    with pytest.raises(ConfigError, match="mix"):
-        summarize([row("parallel", True, 1, 2), CaseResult(*(["y", "multiple", "pask"] + [
-            0.33, True, True, (), "", "", 1, 1, 1, 2, 0.5]))])  # fmt: skip
-
-
-def test_write_results_draws_the_plot(tmp_path: Path) -> None:
-    rows = [
-        CaseResult("a", "parallel", p, b, ok, True, (), "", "tool_calls", 10, 5, 3, 10, 0.3)
-        for p, b, ok in (("full", 1.0, True), ("pask", 0.33, True), ("pask", 0.5, False))
-    ]
-    summaries = [summarize([r]) for r in rows]
-    out = tmp_path / "deep" / "grid"
-    write_results(out, rows, summaries, "note")
-    png = out.with_suffix(".png").read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert "![accuracy vs measured B](grid.png)" in out.with_suffix(".md").read_text()
-
-
-def test_runs_from_separate_processes_merge_into_one_paired_table(tmp_path: Path) -> None:
-    def rows(policy: str, budget: float, oks: list[bool]) -> list[CaseResult]:
-        return [
-            CaseResult(
-                f"c{i}",
-                "simple_python",
-                policy,
-                budget,
-                ok,
-                True,
-                (),
-                "",
-                "tool_calls",
-                10,
-                5,
-                3,
-                10,
-                0.3,
-            )  # fmt: skip
-            for i, ok in enumerate(oks)
-        ]
-
-    a, b = tmp_path / "a", tmp_path / "b"
-    first = rows("pask", 0.33, [True, False, True])
-    write_results(a, first, [summarize(first)], "part a")
-    second = rows("full", 1.0, [True, True, True]) + rows("position", 0.33, [False] * 3)
-    write_results(b, second, [summarize(second[:3]), summarize(second[3:])], "part b")
-    summaries = merge_results([a, b], tmp_path / "all")
-    assert [(s.policy, s.overall) for s in summaries] == [
-        ("full", 1.0), ("pask", pytest.approx(2 / 3)), ("position", 0.0),
-    ]  # fmt: skip
-    merged = json.loads((tmp_path / "all.json").read_text())
-    assert set(merged["paired_vs_full"]) == {"pask @ 0.33", "position @ 0.33"}
-    assert merged["paired_vs_full"]["position @ 0.33"]["only_b"] == 3
-    with pytest.raises(ConfigError, match="appears in two parts"):
-        merge_results([a, a], tmp_path / "twice")
 
 
 @pytest.mark.slow
@@ -189,10 +109,11 @@ def test_pask_parallel_arrays_stay_valid() -> None:
 
     cases = [c for c in load_bfcl("parallel", limit=6) if c.id in ("parallel_0", "parallel_5")]
 
-    async def run() -> list[CaseResult]:
+    async def run() -> list:
         async with Runtime.open("default") as rt:
-            return await run_config(rt, cases, "pask", 0.33, max_new_tokens=160)
+            workload = BfclWorkload(max_new_tokens=160)
+            return await run_cases(workload, rt, cases, Config("pask", 0.33))
 
-    summary = summarize(anyio.run(run))
+    (summary,) = summarize_rows(anyio.run(run))
     assert summary.cases == 2 and summary.valid_rate == 1.0
     assert abs(summary.measured_b - 0.33) <= 0.03

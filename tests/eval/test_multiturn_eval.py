@@ -37,20 +37,22 @@ def test_conversations_chain_finished_exchanges_before_an_open_request() -> None
 
 def test_a_small_run_writes_paired_results_and_a_tag_census(tmp_path: Path) -> None:
     out = tmp_path / "mt"
-    summary = asyncio.run(
+    summaries = asyncio.run(
         evaluate(
             split="dev", count=2, turns=2, budget=0.5, configs=["full", "pask", "pask_plain"],
             out=out, model="smollm2-135m", max_new_tokens=12, log=lambda _: None,
             pask=PaskPolicy(allow_transfer=True),  # the shipped table is the default model's
         )
     )  # fmt: skip
+    summary = {s.config: s for s in summaries}
     assert set(summary) == {"full", "pask", "pask_plain"}
-    assert summary["full"]["mean_b"] == pytest.approx(1.0)
-    assert summary["pask"]["max_b"] < 0.9  # measured, not configured
+    assert summary["full"].mean_b == pytest.approx(1.0)
+    assert summary["pask"].max_b < 0.9  # measured, not configured
     rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text().splitlines()]
     assert len(rows) == 6 and all(r["completion_tokens"] > 0 for r in rows)
     body = json.loads(out.with_suffix(".json").read_text())
-    assert set(body["paired"]) == {"pask vs full", "pask_plain vs full", "pask vs pask_plain"}
+    assert set(body["paired_vs_full"]) == {"pask @ 0.50", "pask_plain @ 0.50"}
+    assert set(body["paired_vs_pask_plain"]) == {"pask @ 0.50"}  # and not full vs pask_plain
     assert body["git_commit"] and body["command"]
     generated = sum(sum(v.values()) for v in body["tag_census"].values())
     assert generated == sum(r["completion_tokens"] for r in rows)  # every token in one bucket

@@ -17,20 +17,18 @@ from pathlib import Path
 import pytest
 
 from pask_agent.errors import ConfigError, DDLError
+from pask_agent.eval.harness import Measured, Row, Shard
 from pask_agent.eval.sql_data import SqlQuestion, SqlQuestionSet, load_sample_questions
-from pask_agent.eval.sql_eval import (
-    SqlRecord,
+from pask_agent.eval.sql_eval import SqlWorkload, check_inputs, main, write_results
+from pask_agent.eval.sql_report import summarize
+from pask_agent.eval.sql_scoring import (
     binding_errors,
-    check_inputs,
     gold_orders,
     k_curve,
-    main,
     results_match,
     revote,
     same_candidates,
-    summarize,
     vote_ceiling,
-    write_results,
 )
 from pask_agent.integrations.sql_db import QueryResult
 from pask_agent.package_data import sample_data_dir
@@ -38,15 +36,23 @@ from pask_agent.package_data import sample_data_dir
 
 def record(
     i: int, difficulty: str, ok: bool, b: float, cands: list[tuple[str | None, bool]]
-) -> SqlRecord:
+) -> Row:
     candidates = [
         {"sql": "SELECT 1", "digest": d, "votes": 0, "error": None if d else "x", "correct": c}
         for d, c in cands
     ]
-    return SqlRecord(
-        "full k=3", "full", None, f"q{i}", "shop", difficulty, "question?", "SELECT 1",
-        "SELECT 1", ok, None, 9, b, b, 1.0, 0, candidates,
-    )  # fmt: skip
+    detail = {
+        "db": "shop", "question": "question?", "gold_sql": "SELECT 1",
+        "predicted_sql": "SELECT 1", "repairs": 0, "candidates": candidates,
+        "example_match": False,
+    }  # fmt: skip
+    measured = Measured.values(completion_tokens=9, measured_b=b, pooled_b=b)
+    return Row(f"q{i}", difficulty, "full k=3", "full", 1.0, ok, True, "", measured, 1.0, "",
+               detail)  # fmt: skip
+
+
+def with_detail(row: Row, **detail: object) -> Row:
+    return replace(row, detail={**row.detail, **detail})
 
 
 def rows(*r: tuple) -> QueryResult:
@@ -92,16 +98,16 @@ def test_vote_ceiling_counts_questions_with_any_right_candidate() -> None:
 
 def test_revote_demotes_recorded_empty_results() -> None:
     r = record(0, "simple", False, 0.3, [("e", False), ("e", False), ("x", True)])
-    for c in r.candidates[:2]:
+    for c in r.detail["candidates"][:2]:
         c["empty"] = True
-    assert revote(r, 3).correct and revote(r, 3).predicted_sql == "SELECT 1"
+    assert revote(r, 3).correct and revote(r, 3).detail["predicted_sql"] == "SELECT 1"
     old = record(1, "simple", False, 0.3, [("e", False), ("e", False), ("x", True)])
     assert not revote(old, 3).correct  # records without the flag vote as they did
 
 
 def test_questions_an_example_answered_are_counted_apart() -> None:
     records = [
-        replace(record(0, "simple", True, 1.0, [("a", True)]), example_match=True),
+        with_detail(record(0, "simple", True, 1.0, [("a", True)]), example_match=True),
         record(1, "simple", False, 1.0, [("b", False)]),
         record(2, "simple", True, 1.0, [("c", True)]),
     ]
@@ -126,7 +132,7 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
     lines = (tmp_path / "sql_eval.jsonl").read_text().splitlines()
     assert [json.loads(x)["id"] for x in lines] == ["q0", "q1", "q2", "q3"]
     md = (tmp_path / "sql_eval.md").read_text()
-    assert "| full k=3 | 50.0 | 0.0 | 100.0 | **50.0** (2/4) |" in md
+    assert "| full k=3 | 1.00 | 50.0 | 0.0 | 100.0 | 50.0 (2/4) |" in md
     assert "git_commit" in report and "command" in json.loads(
         (tmp_path / "sql_eval.json").read_text()
     )
@@ -138,9 +144,9 @@ def test_files_summary_and_paired_baseline(tmp_path: Path) -> None:
 
 
 def test_same_candidates_compares_sql_by_question_and_seed() -> None:
-    def with_sql(i: int, sqls: list[str]) -> SqlRecord:
-        return replace(record(i, "simple", True, 1.0, [("a", True)] * len(sqls)),
-                       candidates=[{"sql": q} for q in sqls])  # fmt: skip
+    def with_sql(i: int, sqls: list[str]) -> Row:
+        return with_detail(record(i, "simple", True, 1.0, [("a", True)] * len(sqls)),
+                           candidates=[{"sql": q} for q in sqls])  # fmt: skip
 
     runs = [with_sql(0, ["A", "B"]), with_sql(1, ["C", "D", "E"]), with_sql(2, ["F"])]
     base = [with_sql(0, ["A", "X"]), with_sql(1, ["C", "D"])]  # no question 2, two seeds of 1
@@ -150,8 +156,8 @@ def test_same_candidates_compares_sql_by_question_and_seed() -> None:
 def test_revote_scores_a_run_as_if_it_had_fewer_candidates(tmp_path: Path) -> None:
     r = record(0, "simple", True, 0.3, [("a", False), ("b", True), ("b", True)])
     two = revote(r, 2)  # a and b one vote each: greedy wins the tie
-    assert two.config == "full k=2" and not two.correct and len(two.candidates) == 2
-    assert [c["votes"] for c in two.candidates] == [1, 1]
+    assert two.config == "full k=2" and not two.correct and len(two.detail["candidates"]) == 2
+    assert [c["votes"] for c in two.detail["candidates"]] == [1, 1]
     assert revote(r, 3).correct and revote(r, 3).config == "full k=3"
     failed = record(1, "simple", False, 0.3, [(None, False), ("c", True), ("d", False)])
     one = revote(failed, 1)
@@ -174,7 +180,7 @@ def test_binding_errors_count_sqlite_column_refusals_only() -> None:
         "SQLite error: ambiguous column name: dept_id",
         'SQLite error: near "JOIN": syntax error',
     ]
-    for c, e in zip(r.candidates, errors, strict=False):
+    for c, e in zip(r.detail["candidates"], errors, strict=False):
         c["error"] = e
     counts = binding_errors([r])
     assert counts == {"candidates": 2, "candidates_total": 4, "candidates_refused": 3, "answers": 0}
@@ -345,13 +351,9 @@ def test_records_mode_pairs_two_runs_without_a_model(tmp_path: Path) -> None:
 
 
 def test_shards_split_the_questions_and_merge_back(tmp_path: Path) -> None:
-    from argparse import Namespace
-
-    from pask_agent.eval.sql_eval import _load
-
     def ids(shard: str | None) -> list[str]:
-        args = Namespace(bird=None, split="test", limit=None, shard=shard, db=None)
-        return [q.id for q in _load(args).questions]
+        questions = SqlWorkload(split="test").cases()
+        return [q.id for q in (Shard.parse(shard).of(questions) if shard else questions)]
 
     everything, first, second = ids(None), ids("0/2"), ids("1/2")
     assert sorted(first + second) == sorted(everything) and not set(first) & set(second)

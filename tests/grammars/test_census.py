@@ -110,7 +110,9 @@ def test_written_files_round_trip(tokenizer: Any, cases: Any, tmp_path: Path) ->
     assert payload["distinct_bucket_group_keys"] == 3 * census.distinct_buckets
     assert sum(payload["buckets"].values()) == payload["tokens"] == census.tokens
     assert payload["rejected"][0]["id"] == "parallel_multiple_21"
+    assert payload["git_commit"] and payload["command"] and payload["machine"]  # provenance
     text = md_path.read_text()
+    assert f"at commit `{payload['git_commit']}`" in text
     assert f"**{census.distinct_buckets} distinct buckets**" in text
     assert "| lower | 0–7 |" in text and "parallel_multiple_21" in text
 
