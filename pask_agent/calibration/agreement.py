@@ -164,8 +164,9 @@ async def _decode_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pask_agent.calibration.inputs import load_traces, model_identity, model_vocab_size
+    from pask_agent.calibration.inputs import load_traces, model_vocab_size
     from pask_agent.record.provenance import provenance
+    from pask_agent.runtime.models.identity import model_identity
     from pask_agent.runtime.models.loading import load_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -38,34 +38,38 @@ import numpy as np
 from pask_agent.calibration.buckets import DecodeKeys
 from pask_agent.calibration.deficits import fit_reserve
 from pask_agent.calibration.frontier import (
-    THRESHOLD_PAIRS,
-    Candidate,
     Sensitivity,
-    breadth_first,
-    greedy_path,
-    path_candidates,
-    spread,
 )
 from pask_agent.calibration.inputs import (
     Checkpoint,
     count_lines,
     file_digest,
     load_traces,
-    model_identity,
     model_vocab_size,
 )
 from pask_agent.calibration.measure import TraceMeasurement
 from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
 from pask_agent.calibration.report import write_report
 from pask_agent.calibration.runner import TaskRunner
+from pask_agent.calibration.selection import (
+    by_group,
+    cheapest_within,
+    decode_candidates,
+    dev_decode_tokens,
+    floor_costs,
+    group_weights,
+    prefill_choice,
+    prompt_candidates,
+    realized_prompt_budgets,
+    sensitivity_json,
+)
 from pask_agent.calibration.table_build import assemble_table, mismatch_report
 from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
-from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.planner import PrefillPlanner
 from pask_agent.policy.stages import solve_stage_budgets
 from pask_agent.record.traces import Trace
+from pask_agent.runtime.models.identity import model_identity
 
 
 @dataclass(frozen=True)
@@ -187,10 +191,10 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         measurements = [TraceMeasurement.from_json(measured[w]) for w, _ in cal]
         dec = Sensitivity.aggregate(measurements, "decode", keys.size)
         pre = Sensitivity.aggregate(measurements, "prefill", len(SPAN_LABELS))
-        dev_tokens = _dev_decode_tokens(dev_replayed, keys)
+        dev_tokens = dev_decode_tokens(dev_replayed, keys)
         weights = group_weights([t.group for _, t in dev])
         # ---- 2. decode candidates on the development traces (prompt all H)
-        candidates = _decode_candidates(dec, dev_tokens, costs, config.candidates_per_path)
+        candidates = decode_candidates(dec, dev_tokens, costs, config.candidates_per_path)
         maps = [c.actions for c in candidates]
         decode_eval = _run_stage(
             runner, checkpoint, "dev-decode", dev, config.progress,
@@ -198,10 +202,10 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         )  # fmt: skip
         flips = np.array([decode_eval[w]["decode"] for w, _ in dev], dtype=bool)
         decode_errors = weights @ flips
-        chosen = _cheapest_within(candidates, decode_errors, config.alpha_decode)
+        chosen = cheapest_within(candidates, decode_errors, config.alpha_decode)
         b_d = min(1.0, round(chosen.cost + 5e-5, 4))  # rounded up: the ledger never starves it
         # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
-        pairs = _prompt_candidates(pre, costs)
+        pairs = prompt_candidates(pre, costs)
         if config.budget is not None:
             levels = (config.budget,)
             b_ps = selection_prompt_budgets(dev_replayed, config.budget, b_d, expected, config)
@@ -219,10 +223,10 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         )  # fmt: skip
     pflips = np.array([prefill_eval[w]["prefill"] for w, _ in dev], dtype=bool)
     prefill_errors = weights @ pflips
-    realized, targets = _realized_prompt_budgets(
+    realized, targets = realized_prompt_budgets(
         rows, prefill, dev_replayed, [per_trace[w] for w, _ in dev], costs, config
     )
-    pair_index, level_index = _prefill_choice(
+    pair_index, level_index = prefill_choice(
         rows, prefill_errors, realized, targets, config.alpha_prefill, config.budget is not None,
         [pairs[p].order != "distortion" for p, _ in rows],
     )  # fmt: skip
@@ -232,7 +236,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         b_p = float(levels[level_index])
     prefill_floors, priority = pairs[pair_index].floors, pairs[pair_index].priority
     # ---- 4. reserve from the reference deficits under the chosen decode floors
-    answers = [_floor_costs(r, keys, chosen.floors, costs) for r in cal_replayed + dev_replayed]
+    answers = [floor_costs(r, keys, chosen.floors, costs) for r in cal_replayed + dev_replayed]
     budgets = sorted({0.25, 0.33, 0.5, 0.75, 1.0, b_d})
     reserve = fit_reserve(answers, budgets, beta=config.beta, horizon=config.horizon)
     wall = checkpoint.prior_seconds + time.perf_counter() - started
@@ -268,8 +272,8 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         "cal_ok": sum(t.ok for _, t in cal),
         "dev_traces": len(dev),
         "dev_ok": sum(t.ok for _, t in dev),
-        "decode": _sensitivity_json(dec, keys.keys + ("<default>",)),
-        "prefill": _sensitivity_json(pre, SPAN_LABELS),
+        "decode": sensitivity_json(dec, keys.keys + ("<default>",)),
+        "prefill": sensitivity_json(pre, SPAN_LABELS),
         "decode_candidates": [
             {"name": c.name, "cost": round(c.cost, 4), "dev_error": round(float(e), 4)}
             for c, e in zip(candidates, decode_errors, strict=True)
@@ -292,8 +296,8 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
             "budget_prefill": round(b_p, 4),
         },
         "dev_groups": dict(sorted(Counter(t.group for _, t in dev).items())),
-        "decode_choice_by_group": _by_group(dev, flips[:, candidates.index(chosen)]),
-        "prefill_choice_by_group": _by_group(dev, pflips[:, rows.index((pair_index, level_index))]),
+        "decode_choice_by_group": by_group(dev, flips[:, candidates.index(chosen)]),
+        "prefill_choice_by_group": by_group(dev, pflips[:, rows.index((pair_index, level_index))]),
         "stable_fraction": round(float(np.mean([m.stable_fraction for m in measurements])), 4),
         "mismatch": {"decode": mismatch_report(dec), "prefill": mismatch_report(pre)},
     }
@@ -372,158 +376,6 @@ def _run_stage(
             results[where] = result
             bar.update(1)
     return results
-
-
-def _dev_decode_tokens(dev: list[ReplayedTrace], keys: DecodeKeys) -> np.ndarray:
-    tokens = np.zeros(keys.size)
-    for r in dev:
-        tokens += np.bincount(keys.of_trace(r), minlength=keys.size)
-    return tokens
-
-
-def _decode_candidates(
-    dec: Sensitivity, dev_tokens: np.ndarray, costs: PayloadCosts, per_path: int
-) -> list[Candidate]:
-    scores = dec.upgrade_scores(costs)
-    seen: set[bytes] = set()
-    out: list[Candidate] = []
-    for pair in THRESHOLD_PAIRS:
-        floors = dec.floors(*pair)
-        path = path_candidates(pair, floors, greedy_path(floors, scores), dev_tokens, costs)
-        for cand in spread(path, per_path):
-            key = cand.floors.tobytes() + cand.actions.tobytes()
-            if key not in seen:
-                seen.add(key)
-                out.append(cand)
-    return out
-
-
-def _cheapest_within(
-    candidates: Sequence[Candidate], errors: np.ndarray, alpha: float
-) -> Candidate:
-    """The cheapest candidate whose development failure rate exceeds the reference's (0 by
-    construction of the proxy) by at most ``alpha``; ties go to the earlier path point."""
-    ok = [i for i, e in enumerate(errors) if e <= alpha + 1e-12]
-    if not ok:  # cannot happen: each path ends all-H, which fails nothing
-        ok = [int(np.argmin(errors))]
-    best = min(ok, key=lambda i: (candidates[i].cost, float(errors[i]), candidates[i].step))
-    return candidates[best]
-
-
-@dataclass(frozen=True)
-class PromptCandidate:
-    """Floors from one threshold pair, and the order the planner raises tokens above them."""
-
-    pair: tuple[float, float]
-    order: str  # "distortion" (paper: D reduction per byte) | "breadth" (every R→L first)
-    floors: np.ndarray  # int8 [labels, 3]
-    priority: np.ndarray  # [labels, 3, 2]
-
-
-def _prompt_candidates(pre: Sensitivity, costs: PayloadCosts) -> list[PromptCandidate]:
-    scores = pre.upgrade_scores(costs)
-    orders = {"distortion": scores, "breadth": breadth_first(scores)}
-    out: list[PromptCandidate] = []
-    for order, priority in orders.items():
-        for pair in THRESHOLD_PAIRS:
-            floors = pre.floors(*pair)
-            if not any(c.order == order and np.array_equal(floors, c.floors) for c in out):
-                out.append(PromptCandidate(pair, order, floors, priority))
-    return out
-
-
-def group_weights(groups: Sequence[str]) -> np.ndarray:
-    """Per-trace weights summing to 1 that give every group the same total weight."""
-    names, index, counts = np.unique(np.asarray(groups, dtype=object).astype(str),
-                                     return_inverse=True, return_counts=True)  # fmt: skip
-    return 1.0 / (len(names) * counts[index])
-
-
-def _by_group(dev: list[tuple[str, Trace]], failed: np.ndarray) -> dict[str, float]:
-    """Failure rate within each development group (share of that group's traces)."""
-    groups = np.array([t.group for _, t in dev], dtype=object)
-    return {
-        str(g): round(float(failed[groups == g].mean()), 4) for g in sorted(set(groups.tolist()))
-    }
-
-
-def _prefill_choice(
-    rows: Sequence[tuple[int, int]],
-    errors: np.ndarray,
-    realized: np.ndarray,
-    targets: np.ndarray,
-    alpha: float,
-    fixed_budget: bool,
-    alternative: Sequence[bool],
-) -> tuple[int, int]:
-    """Among rows whose plans keep what they were asked to (floors do not push the prompt
-    past its ``B_P``): with a fixed ``B``, the fewest failures; else the cheapest level within
-    ``alpha``. On a tie the paper's upgrade order beats an ``alternative`` one (which must
-    win on development traces to be used), then the cheaper realized plan. If no row fits,
-    the cheapest one."""
-    fits = [i for i in range(len(rows)) if realized[i] <= targets[i] + 0.005]
-    if not fits:
-        return rows[int(np.argmin(realized))]
-    if fixed_budget:
-        i = min(fits, key=lambda i: (float(errors[i]), alternative[i], float(realized[i])))
-        return rows[i]
-    ok = [i for i in fits if errors[i] <= alpha + 1e-12] or fits
-    i = min(ok, key=lambda i: (rows[i][1], float(errors[i]), alternative[i], float(realized[i])))
-    return rows[i]
-
-
-def _realized_prompt_budgets(
-    rows: Sequence[tuple[int, int]],
-    prefill: PrefillCandidates,
-    dev: list[ReplayedTrace],
-    budgets: list[list[float]],
-    costs: PayloadCosts,
-    config: CalibrationConfig,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per candidate row: the share of Full KV its plans keep on the development prompts, and
-    the share they were asked for (floors can make the first exceed the second)."""
-    realized, targets = np.zeros(len(rows)), np.zeros(len(rows))
-    for i, (pair, level) in enumerate(rows):
-        kept = full = asked = 0.0
-        for r, b in zip(dev, budgets, strict=True):
-            planner = PrefillPlanner.from_arrays(
-                prefill.floors[pair], prefill.floors[pair], prefill.priorities[pair], costs,
-                budget=min(1.0, max(0.0, b[level])), sinks=config.sinks, window=config.window,
-            )  # fmt: skip
-            plan = planner.plan_indices(r.prompt_labels)
-            # what the floors keep: a row whose floors need a breach to fit is not selectable
-            kept += plan.planned_bytes + plan.floor_breach_bytes
-            full += plan.full_bytes
-            asked += float(plan.target_bytes)
-        realized[i], targets[i] = kept / full, asked / full
-    return realized, targets
-
-
-def _floor_costs(
-    r: ReplayedTrace, keys: DecodeKeys, floors: np.ndarray, costs: PayloadCosts
-) -> tuple[np.ndarray, list[str]]:
-    m = np.asarray(costs.bytes_by_group, dtype=np.float64)
-    per_bucket = m[np.arange(3)[None, :], floors].sum(axis=1) / costs.full_bytes_per_token
-    states = [t.state if t is not None else "" for t in r.tags]
-    return per_bucket[keys.of_trace(r)], states
-
-
-def _sensitivity_json(s: Sensitivity, names: Sequence[str]) -> list[dict[str, Any]]:
-    rows = []
-    for b, name in enumerate(names):
-        for c in range(3):
-            rows.append(
-                {
-                    "bucket": name,
-                    "group": c,
-                    "tokens": int(s.tokens[b]),
-                    "V_L": round(float(s.v[b, c, 1]), 4),
-                    "V_R": round(float(s.v[b, c, 0]), 4),
-                    "D_L": round(float(s.d[b, c, 1]), 4),
-                    "D_R": round(float(s.d[b, c, 0]), 4),
-                }
-            )
-    return rows
 
 
 def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:

@@ -14,13 +14,6 @@ from typing import Any
 from pask_agent.record.traces import ModelId, Trace, TraceError, read_traces
 
 
-def model_identity(name: str) -> ModelId:
-    """The identity traces must carry, without loading weights for a bundled model."""
-    from pask_agent.runtime.models.loading import model_identity as identity
-
-    return identity(name)
-
-
 def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
     """``(where, trace)`` for every line of every file, checked for model and outcome."""
     out = []

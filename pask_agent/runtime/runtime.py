@@ -26,7 +26,8 @@ from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.conversation import Conversation
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.limits import check_budget
-from pask_agent.runtime.models.loading import LoadedModel, load_model, model_id_of, model_identity
+from pask_agent.runtime.models.identity import model_id_of, model_identity
+from pask_agent.runtime.models.loading import LoadedModel, load_model
 from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.constraint import OutputSpec
 from pask_agent.runtime.turns.outputs import OutputCompiler

@@ -26,7 +26,8 @@ from starlette.types import ASGIApp
 import pask_agent.policy  # noqa: F401 - registers every policy a request may name
 from pask_agent.errors import ConfigError
 from pask_agent.runtime.config import RuntimeConfig
-from pask_agent.runtime.models.loading import LoadedModel, model_id_of
+from pask_agent.runtime.models.identity import model_id_of
+from pask_agent.runtime.models.loading import LoadedModel
 from pask_agent.runtime.runtime import Runtime
 from pask_agent.server import responses
 from pask_agent.server.auth import BearerAuth

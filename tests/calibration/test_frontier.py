@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from pask_agent.calibration.calibrate import group_weights
 from pask_agent.calibration.deficits import fit_reserve, left_quantile, lookahead_deficits
 from pask_agent.calibration.frontier import (
     Sensitivity,
@@ -19,6 +18,7 @@ from pask_agent.calibration.frontier import (
 )
 from pask_agent.calibration.interventions import answer_keys, choose_with_continue_rule
 from pask_agent.calibration.measure import TraceMeasurement, probe_name
+from pask_agent.calibration.selection import group_weights
 from pask_agent.calibration.table_build import mismatch_report
 from pask_agent.policy.costs import PayloadCosts
 

@@ -10,7 +10,7 @@ import pytest
 
 from pask_agent.record.traces import ModelId, TraceError, read_traces
 from pask_agent.runtime.config import RuntimeConfig
-from pask_agent.runtime.models.loading import model_identity
+from pask_agent.runtime.models.identity import model_identity
 from pask_agent.runtime.runtime import Runtime
 
 

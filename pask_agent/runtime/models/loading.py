@@ -42,7 +42,6 @@ from pask_agent.errors import (
     ModelHashMismatchError,
     ModelNotAvailableError,
 )
-from pask_agent.record.traces import ModelId
 from pask_agent.runtime.models.cpu_linear import OneDNNLinear
 from pask_agent.runtime.models.key_offsets import measure_key_offsets
 from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
@@ -342,13 +341,6 @@ def load_tokenizer(name: str = "default") -> Any:
     return open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
 
 
-def model_id_of(loaded: LoadedModel) -> str:
-    """The name a policy table calibrated for this model records: the upstream name of a
-    bundled model, else the name the model was loaded by."""
-    bundled = BUNDLED.get(ALIASES.get(loaded.name, loaded.name))
-    return bundled.model_id if bundled is not None else loaded.name
-
-
 def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a causal LM and its tokenizer fully offline.
 
@@ -369,23 +361,6 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
         raise
     model.eval()
     return LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
-
-
-def model_identity(name: str, path: str | Path | None = None) -> ModelId:
-    """Which weights a name stands for, as traces record it: a bundled model's pinned GGUF
-    digest (no weights are read), else the SHA-256 of its folder's weight files
-    (``*.safetensors`` / ``*.bin`` / ``*.gguf``): a trace recorded on other weights is refused."""
-    bundled = BUNDLED.get(ALIASES.get(name, name))
-    if bundled is not None and bundled.sha256:
-        return ModelId(bundled.name, bundled.sha256)
-    folder = Path(path) if path is not None else Path(resolve_model_dir(name))
-    digest = hashlib.sha256()
-    files = folder.glob("*") if folder.is_dir() else [folder]
-    for f in sorted(f for f in files if f.suffix in (".safetensors", ".bin", ".gguf")):
-        with f.open("rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 22), b""):
-                digest.update(block)
-    return ModelId(str(name), digest.hexdigest())
 
 
 def place_model(model: Any, device: str | None) -> torch.device:
