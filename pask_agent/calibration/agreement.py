@@ -20,9 +20,9 @@ import argparse
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -32,6 +32,9 @@ from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, Policy, PolicyEnv
 from pask_agent.record.traces import Trace
+
+if TYPE_CHECKING:
+    from pask_agent.calibration.worker import ReplayWorker
 
 _HIGH: Actions = (Action.H, Action.H, Action.H)
 
@@ -210,10 +213,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def rescore(
-    earlier: Path, by_where: dict[str, Trace], keys: DecodeKeys, model: str
+    earlier: Path,
+    by_where: dict[str, Trace],
+    keys: DecodeKeys,
+    model: str,
+    *,
+    worker: ReplayWorker | None = None,
 ) -> list[dict[str, Any]]:
-    """The earlier report's pairs, each with the proxy verdict the current code gives it (and
-    the verdict it had, as ``proxy_flip_before``)."""
+    """The earlier report's pairs, each with the proxy verdict the current code gives it and
+    its margin in logits (``proxy_flip_margin``: a near-tie's verdict is rounding's to
+    decide), and the verdict it had, as ``proxy_flip_before``.
+
+    ``worker``: one already loaded for ``model`` with the served protection (it keeps the
+    traces it replays); None loads one.
+    """
     from pask_agent.calibration.worker import ReplayWorker, WorkerSpec
     from pask_agent.errors import ConfigError
 
@@ -225,11 +238,15 @@ def rescore(
 
     served = RuntimeConfig()  # the protection and continue-calls rule the pairs were decoded with
     spec = WorkerSpec(model, "bfloat16", served.sinks, served.window, served.continue_calls_at)
-    worker = ReplayWorker(spec)
+    if worker is None:
+        worker = ReplayWorker(spec)
+    elif replace(worker.spec, threads=0) != spec:
+        raise ConfigError(f"rescore replays as served, {spec}; the worker given has {worker.spec}")
     rows = []
     for pair in sorted(pairs, key=lambda p: p["trace"]):
-        flip = worker.probe(by_where[pair["trace"]], pair["trace"], keys, pair["probe"])
-        rows.append({**pair, "proxy_flip_before": pair["proxy_flip"], "proxy_flip": flip})
+        flip, margin = worker.probe(by_where[pair["trace"]], pair["trace"], keys, pair["probe"])
+        rows.append({**pair, "proxy_flip_before": pair["proxy_flip"], "proxy_flip": flip,
+                     "proxy_flip_margin": round(margin, 4)})  # fmt: skip
     return rows
 
 

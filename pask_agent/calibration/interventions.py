@@ -48,12 +48,25 @@ def choose_with_continue_rule(
     least ``tau``, closing the array is not an option for it. ``real``, ``is_next`` and
     ``is_close`` (``[len(at), K]``) say which candidates are legal tokens, start another call,
     and close the array."""
+    return continue_rule_logits(logits, at, real, is_next, is_close, tau).argmax(-1)
+
+
+def continue_rule_logits(
+    logits: torch.Tensor,
+    at: torch.Tensor,
+    real: torch.Tensor,
+    is_next: torch.Tensor,
+    is_close: torch.Tensor,
+    tau: float,
+) -> torch.Tensor:
+    """``logits`` with what the continue-calls rule takes out of the running at ``-inf``
+    (arguments as for :func:`choose_with_continue_rule`)."""
     logits = logits.clone()
     sub = logits[:, at].masked_fill(~real[None], float("-inf"))
     p_next = (torch.softmax(sub, dim=-1) * is_next[None]).sum(-1)  # [N, len(at)]
     block = (p_next >= tau)[..., None] & is_close[None]
     logits[:, at] = logits[:, at].masked_fill(block, float("-inf"))
-    return logits.argmax(-1)
+    return logits
 
 
 @dataclass(frozen=True)
@@ -77,6 +90,25 @@ class Interventions:
         return int(arr.shape[0])
 
 
+MARGIN_LIMIT = 1e4  # |margin| of a verdict no decision can change (beyond any logit gap)
+
+
+def margins(
+    logits: torch.Tensor, texts: np.ndarray, control: np.ndarray, valid: np.ndarray
+) -> np.ndarray:
+    """``ReplayOutcome.margin`` of each row from its candidates' logits ``[N, T, K]`` (after
+    the continue-calls rule), their answer keys ``texts [T, K]``, the control row's chosen
+    keys ``control [1, T]`` and the checked decisions ``valid [1, T]``."""
+    keeps = torch.from_numpy(texts[None] == control[..., None])  # [1, T, K]
+    inf = torch.tensor(float("inf"))
+    change = logits.masked_fill(keeps, -inf).amax(-1)
+    keep = logits.masked_fill(~keeps, -inf).amax(-1)
+    # a decision whose every answer-keeping candidate the rule took out has flipped for sure
+    gap = torch.where(torch.isinf(keep), torch.where(torch.isinf(change), -inf, inf), change - keep)
+    gap = gap.masked_fill(~torch.from_numpy(valid), -inf)
+    return gap.amax(-1).clamp(-MARGIN_LIMIT, MARGIN_LIMIT).double().numpy()
+
+
 @dataclass(frozen=True)
 class ReplayOutcome:
     """What a batch of interventions did.
@@ -84,7 +116,14 @@ class ReplayOutcome:
     ``flipped[n]``: row ``n`` changed the checked output somewhere (row 0 is always False).
     ``distortion[n]``: ``Σ_u Σ_ℓ max_h ‖o_ctrl − o_n‖²`` over recomputed query positions and
     the layers of ``distortion_layers`` (the intervened group's).
+    ``margin[n]``: how far row ``n``'s verdict is from the other one, in logits: the largest,
+    over its checked decisions, of (best logit of a candidate that changes the answer − best
+    logit of one that keeps the control's). Positive: it flipped (``margin > 0`` implies
+    ``flipped``); negative: how much further it would have to move to flip. Verdicts within a
+    small margin are near-ties that rounding decides (a batch's shape, another CPU's kernels);
+    only verdicts beyond it are stable (``MARGIN_LIMIT`` when no decision can flip).
     """
 
     flipped: np.ndarray
     distortion: np.ndarray
+    margin: np.ndarray

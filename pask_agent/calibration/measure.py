@@ -38,7 +38,10 @@ class TraceMeasurement:
 
     ``flipped`` and ``distortion`` are keyed by :func:`probe_name`; probes that cannot change
     anything (the bucket has no token that ever leaves the recent window) are absent and count
-    as zero. ``decode_tokens`` / ``prefill_tokens`` count the trace's tokens per bucket.
+    as zero. ``margin`` holds, for each probe that was replayed, how far its verdict is from
+    the other one in logits (``ReplayOutcome.margin``: positive for a flip); an L probe that
+    was counted harmless without a replay has none. ``decode_tokens`` / ``prefill_tokens``
+    count the trace's tokens per bucket.
     """
 
     trace_id: str
@@ -47,6 +50,7 @@ class TraceMeasurement:
     prefill_tokens: list[int]
     flipped: dict[str, bool] = field(default_factory=dict)
     distortion: dict[str, float] = field(default_factory=dict)
+    margin: dict[str, float] = field(default_factory=dict)
     stable_fraction: float = 1.0
     seconds: float = 0.0
 
@@ -58,6 +62,7 @@ class TraceMeasurement:
             "prefill_tokens": self.prefill_tokens,
             "flipped": [k for k, v in self.flipped.items() if v],
             "distortion": {k: round(v, 6) for k, v in self.distortion.items()},
+            "margin": {k: round(v, 4) for k, v in self.margin.items()},
             "stable_fraction": round(self.stable_fraction, 4),
             "seconds": round(self.seconds, 3),
         }
@@ -71,6 +76,7 @@ class TraceMeasurement:
             prefill_tokens=list(data["prefill_tokens"]),
             flipped=dict.fromkeys(data["flipped"], True),
             distortion=dict(data["distortion"]),
+            margin=dict(data.get("margin", {})),  # absent from checkpoints before issue 34
             stable_fraction=data["stable_fraction"],
             seconds=data["seconds"],
         )
@@ -90,9 +96,17 @@ def trace_counts(
 
 
 def measure_trace(
-    ctx: TraceContext, decode_bucket: np.ndarray, num_decode: int
+    ctx: TraceContext,
+    decode_bucket: np.ndarray,
+    num_decode: int,
+    *,
+    only: tuple[str, int] | None = None,
 ) -> TraceMeasurement:
-    """Run every single-bucket probe of one (correct) trace; counts only for a wrong one."""
+    """Run every single-bucket probe of one (correct) trace; counts only for a wrong one.
+
+    ``only``: the one ``(stage, layer group)`` whose probes to run (a check of one batch);
+    None runs them all.
+    """
     started = time.perf_counter()
     tr = ctx.trace
     n_p, n_t, w = tr.prompt_len, tr.output_len, ctx.window
@@ -113,7 +127,7 @@ def measure_trace(
     }
     for stage, masks, width in (("decode", decode_rows, n_t), ("prefill", prompt_rows, n_p)):
         for c in range(3):
-            if masks:
+            if masks and only in (None, (stage, c)):
                 _probe_group(ctx, out, stage, c, masks, width, first if stage == "decode" else 0)
     out.stable_fraction = ctx.stable_fraction
     out.seconds = time.perf_counter() - started
@@ -156,9 +170,11 @@ def _probe_group(
         pm, om = (None, rows) if stage == "decode" else (rows, None)
         for b, d in zip(buckets, ctx.local_distortion(group, pm, om)[1:], strict=True):
             out.distortion[probe_name(stage, b, group, a_name)] = float(d)
-    released = ctx.run(batch(modes(R, buckets))).flipped[1:]
-    for b, f in zip(buckets, released, strict=True):
+    outcome = ctx.run(batch(modes(R, buckets)))
+    released = outcome.flipped[1:]
+    for b, f, m in zip(buckets, released, outcome.margin[1:], strict=True):
         out.flipped[probe_name(stage, b, group, "R")] = bool(f)
+        out.margin[probe_name(stage, b, group, "R")] = float(m)
     suspect = [
         b
         for b, f in zip(buckets, released, strict=True)
@@ -169,15 +185,19 @@ def _probe_group(
     for b in buckets:
         out.flipped[probe_name(stage, b, group, "L")] = False
     if suspect:
-        for b, f in zip(suspect, ctx.run(batch(modes(L, suspect))).flipped[1:], strict=True):
+        outcome = ctx.run(batch(modes(L, suspect)))
+        for b, f, m in zip(suspect, outcome.flipped[1:], outcome.margin[1:], strict=True):
             out.flipped[probe_name(stage, b, group, "L")] = bool(f)
+            out.margin[probe_name(stage, b, group, "L")] = float(m)
 
 
-def probe_flipped(
+def probe_verdict(
     ctx: TraceContext, decode_bucket: np.ndarray, stage: str, bucket: int, group: int, action: str
-) -> bool:
-    """Runtime-V's verdict for one probe on one trace (what :func:`measure_trace` records for
-    it), replayed alone: used to re-score stored pairs when the flip rule changes."""
+) -> tuple[bool, float]:
+    """Runtime-V's verdict for one probe on one trace and its margin (what
+    :func:`measure_trace` records for it), replayed alone: used to re-score stored pairs when
+    the flip rule changes. Alone and batched, the verdicts agree up to rounding: where the
+    margin is a near-tie, the batch's shape may decide it (``ReplayOutcome.margin``)."""
     tr = ctx.trace
     n_t, w = tr.output_len, ctx.window
     a = ACTIONS[action]
@@ -194,7 +214,8 @@ def probe_flipped(
         rows = np.full((2, 3, tr.prompt_len), H, np.int8)
         rows[1, group, free & (tr.prompt_labels == bucket)] = a
         batch = Interventions(rows, None, start, 0)
-    return bool(ctx.run(batch).flipped[1])
+    outcome = ctx.run(batch)
+    return bool(outcome.flipped[1]), float(outcome.margin[1])
 
 
 def unshielded_prompt(n_p: int, sinks: int, window: int) -> np.ndarray:

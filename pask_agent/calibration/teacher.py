@@ -32,10 +32,12 @@ import torch
 import xgrammar as xgr
 
 from pask_agent.calibration.interventions import (
+    MARGIN_LIMIT,
     Interventions,
     ReplayOutcome,
     answer_keys,
-    choose_with_continue_rule,
+    continue_rule_logits,
+    margins,
 )
 from pask_agent.calibration.model_parts import ModelParts, stored_high, stored_low
 from pask_agent.calibration.replay import ReplayedTrace
@@ -202,7 +204,7 @@ class TraceContext:
         n = batch.rows
         n_t = self.trace.output_len
         if t0 >= n_t:
-            return ReplayOutcome(np.zeros(n, bool), np.zeros(n))
+            return ReplayOutcome(np.zeros(n, bool), np.zeros(n), np.full(n, -MARGIN_LIMIT))
         h = self.ctrl_in[start][t0:].expand(n, -1, -1).contiguous()
         dist = torch.zeros(n)
         dist_layers = (
@@ -217,17 +219,21 @@ class TraceContext:
         logits = torch.einsum(
             "ntd,tkd->ntk", parts.norm(h).float(), self.cand_weight[t0:]
         )  # [N, T', K]
-        best = self._decide(logits, t0).numpy()  # [N, T']
+        logits = self._ruled(logits, t0)
+        best = logits.argmax(-1).numpy()  # [N, T']
         keys = np.take_along_axis(self.cand_text[t0:][None], best[..., None], -1)[..., 0]
-        changed = (keys != keys[:1]) & self.valid[t0:][None]
-        return ReplayOutcome(changed.any(-1), dist.numpy())
+        valid = self.valid[t0:][None]
+        changed = (keys != keys[:1]) & valid
+        return ReplayOutcome(
+            changed.any(-1), dist.numpy(), margins(logits, self.cand_text[t0:], keys[:1], valid)
+        )
 
-    def _decide(self, logits: torch.Tensor, t0: int) -> torch.Tensor:
+    def _ruled(self, logits: torch.Tensor, t0: int) -> torch.Tensor:
         at = np.nonzero(self.rule[t0:])[0]
         if self._tau is None or not len(at):
-            return logits.argmax(-1)
+            return logits
         pos = torch.from_numpy(at + t0)
-        return choose_with_continue_rule(
+        return continue_rule_logits(
             logits, torch.from_numpy(at), self.cand_real[pos], self.cand_next[pos],
             self.cand_close[pos], self._tau,
         )  # fmt: skip

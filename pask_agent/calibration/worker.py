@@ -18,7 +18,7 @@ from pask_agent.calibration.buckets import DecodeKeys
 from pask_agent.calibration.measure import (
     evaluate_candidates,
     measure_trace,
-    probe_flipped,
+    probe_verdict,
     trace_counts,
 )
 from pask_agent.calibration.model_parts import ModelParts
@@ -117,11 +117,12 @@ class ReplayWorker:
         result = measure_trace(ctx, keys.of_trace(ctx.trace), keys.size)
         return result.to_json()
 
-    def probe(self, trace: Trace, where: str, keys: DecodeKeys, name: str) -> bool:
-        """Runtime-V's verdict for one probe (``stage:bucket:group:L|R``) on one trace."""
+    def probe(self, trace: Trace, where: str, keys: DecodeKeys, name: str) -> tuple[bool, float]:
+        """Runtime-V's verdict for one probe (``stage:bucket:group:L|R``) on one trace, and
+        its margin in logits (``measure.probe_verdict``)."""
         stage, bucket, group, action = name.split(":")
         ctx = self.context(trace, where, keep=True)
-        return probe_flipped(ctx, keys.of_trace(ctx.trace), stage, int(bucket), int(group), action)
+        return probe_verdict(ctx, keys.of_trace(ctx.trace), stage, int(bucket), int(group), action)
 
     def evaluate(
         self,

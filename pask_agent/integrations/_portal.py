@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from pask_agent.runtime.runtime import Runtime
 T = TypeVar("T")
 _END = object()
 SWEEP_EVERY_S = 1.0  # how often the host loop looks for idle or deleted conversations
+_STOP_WAIT_S = 30.0  # the longest a caller waits to learn why the host loop ended
 _THREAD_CHECK_S = 5.0  # the longest a checkpointer may take to say whether a thread exists
 
 
@@ -64,6 +65,7 @@ class RuntimeHost:
         self.model = model
         self._lock = threading.Lock()
         self._ready = threading.Event()
+        self._stopped = threading.Event()  # the loop ended and ``_error`` says why
         self._portal: BlockingPortal | None = None
         self._runtime: Runtime | None = None
         self._error: BaseException | None = None
@@ -82,7 +84,7 @@ class RuntimeHost:
                 self._thread.start()
         self._ready.wait()
         if self._error is not None:
-            raise self._error
+            raise _unwrapped(self._error)
         if self._portal is None or self._runtime is None:
             raise PaskError(f"the runtime host for {self.model!r} was closed; make a new one")
         return self._portal, self._runtime
@@ -101,6 +103,7 @@ class RuntimeHost:
         finally:
             self._portal = self._runtime = None
             self._ready.set()
+            self._stopped.set()
 
     def close(self) -> None:
         """Stop serving (finishing the engine step in flight) and join the loop thread."""
@@ -121,7 +124,10 @@ class RuntimeHost:
     def call(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
         """Run ``await fn(runtime)`` on the host loop and wait for it (sync callers)."""
         portal, rt = self._ensure_started()
-        return portal.call(fn, rt)
+        try:
+            return portal.call(fn, rt)
+        except CancelledError:
+            raise self._stop_reason() from None
 
     async def acall(self, fn: Callable[[Runtime], Awaitable[T]]) -> T:
         """Await ``fn(runtime)`` on the host loop from the caller's asyncio loop.
@@ -130,7 +136,7 @@ class RuntimeHost:
         """
         portal, rt = await asyncio.to_thread(self._ensure_started)
         future: Future[T] = portal.start_task_soon(fn, rt)
-        return await asyncio.wrap_future(future)
+        return await self._outcome(future)
 
     def iterate(self, fn: Callable[[Runtime], AsyncIterator[T]]) -> Iterator[T]:
         """Iterate ``fn(runtime)`` (an async iterator on the host loop) from sync code.
@@ -146,7 +152,10 @@ class RuntimeHost:
                 if item is _END:
                     break
                 yield item
-            future.result()  # re-raise a producer error
+            try:
+                future.result()  # re-raise a producer error
+            except CancelledError:  # not by us: the host loop ended under the producer
+                raise self._stop_reason() from None
         finally:
             future.cancel()
 
@@ -166,9 +175,31 @@ class RuntimeHost:
                 if item is _END:
                     break
                 yield item
-            await asyncio.wrap_future(future)
+            await self._outcome(future)  # re-raise a producer error
         finally:
             future.cancel()
+
+    async def _outcome(self, future: Future[T]) -> T:
+        """Await a host-loop task from the caller's loop. Cancelling the caller cancels the
+        task; the task cancelled without the caller asking raises :meth:`_stop_reason`."""
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller was cancelled (and the task on the host loop with it)
+            raise await asyncio.to_thread(self._stop_reason) from None
+
+    def _stop_reason(self) -> BaseException:
+        """Why a call's task was cancelled on the host loop without its caller asking: the
+        loop ended. What ended it is raised to the caller, never a bare ``CancelledError``,
+        which says nothing and reads as if the caller itself had been cancelled: the
+        runtime's failure as raised (a ``KVStoreError`` from the engine, say), or a
+        ``PaskError`` when the host was closed. Blocks until the loop has recorded it."""
+        self._stopped.wait(_STOP_WAIT_S)
+        if self._error is not None:
+            return _unwrapped(self._error)
+        return PaskError(f"the runtime host for {self.model!r} was closed while this call ran")
 
     # ------------------------------------------------------------------ conversations
     def claim_conversation(self, conversation_id: str) -> bool:
@@ -271,6 +302,14 @@ class RuntimeHost:
         while True:
             await anyio.sleep(SWEEP_EVERY_S)
             await self.sweep(rt)
+
+
+def _unwrapped(error: BaseException) -> BaseException:
+    """The one error inside task-group wrappers (a runtime's worker failure reaches the host
+    as an ``ExceptionGroup`` of one), so callers can catch it by its own type."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
 
 
 async def _pump(

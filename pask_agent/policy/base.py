@@ -98,8 +98,9 @@ class DecodeDemand:
         (a revising tiered baseline: MiKV), so admission reserves an INT4 row for each.
     row_shares:
         ``(high, low)``: per layer group, the share of generated tokens that end in a BF16
-        row and in an INT4 row, when the session knows them; None: ``B_D`` high and the
-        rest INT4 (admission's conservative split, ``runtime/memory/admission.py``).
+        row and in an INT4 row, when the session knows them; None: it decides token by
+        token, so at most ``B_D`` of them high and any of them INT4 (admission reserves a
+        low row for every generated token, ``runtime/memory/admission.py``).
     """
 
     bytes_per_token: Fraction

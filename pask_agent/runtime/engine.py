@@ -244,6 +244,22 @@ class Engine:
         self._admit(events)
         if not self.live:
             return events
+        try:
+            return events + self._step_live()
+        except Exception as exc:  # noqa: BLE001 - fail the step's requests, keep serving
+            # A step that raises (a store invariant, a policy hook, the forward) leaves its
+            # requests half-stepped: they fail with the error itself, their sequences (every
+            # row they took) are dropped, and queued requests and idle conversations, which
+            # the step never touched, are served on. Raising instead ended the Runtime's
+            # worker, and every caller saw a cancellation instead of this error (issue 34).
+            for r in list(self.live):
+                self._release(r, drop_sequence=True)
+                events.append((r, Failed(exc)))
+            return events
+
+    def _step_live(self) -> list[Event]:
+        """One batched step of the live requests (steps 2-4 of the module docstring)."""
+        events: list[Event] = []
         budget = self.config.prefill_chunk_tokens
         chunks: list[tuple[str, int]] = []
         tokens: list[int] = []

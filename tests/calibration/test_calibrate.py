@@ -278,12 +278,27 @@ def test_bad_input_is_refused_before_any_work(recorded, tmp_path) -> None:
     assert not (tmp_path / "t.json").exists()
 
 
+# Logits by which a pair's margin may differ between its batched and its alone replay: BF16
+# rounding under another batch shape. Measured on 67 replayed pairs of two traces (all stages
+# and groups, 2-core Xeon): at most 0.22 (0.06 in the top group), and one verdict at a margin
+# of 0.004 came out the other way (issue 34 saw the same on another CPU).
+NEAR_TIE = 0.25
+
+
 def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
     smollm2, recorded, tmp_path
 ) -> None:
     """``agreement --rescore``: a pair replayed alone gets the verdict the batched measurement
-    recorded for it (rows of a batch do not interact), and keeps its earlier verdict aside."""
+    recorded for it (rows of a batch do not interact), and keeps its earlier verdict aside.
+
+    Rows of a batch share no state, but the batch's shape picks other BF16 kernels, so a pair
+    whose flip hangs on a near-tie may come out either way: margins must agree within
+    ``NEAR_TIE``, verdicts wherever the margin is wider. One batch is enough to show it: the
+    prompt probes of the top layer group (every label, R, and L where measurement replays it),
+    on the first trace that has a flip beyond a near-tie.
+    """
     from pask_agent.calibration.agreement import rescore
+    from pask_agent.calibration.measure import measure_trace
     from pask_agent.calibration.worker import ReplayWorker, WorkerSpec
 
     # taken as correct (SmolLM2 runs on to the token limit): what matters here is that the
@@ -291,26 +306,28 @@ def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
     by_where = {f"cal:{i}": replace(t, ok=True) for i, t in enumerate(read_traces(recorded[0]))}
     worker = ReplayWorker(WorkerSpec("smollm2-135m", "bfloat16", 4, 16, 0.01))
     keys = DecodeKeys.choose([worker.replayer.replay(t, where=w) for w, t in by_where.items()])
-    pairs, expected = [], {}
     for where, trace in by_where.items():
-        measured = worker.measure(trace, where, keys)
-        flipped, dist = set(measured["flipped"]), measured["distortion"]
-        for name in sorted(dist):
-            # measurement replays L only where R broke the trace or INT4 distorts more than
-            # release; elsewhere it counts L as harmless without replaying it
-            twin = name[:-1] + "R"
-            if name.endswith("L") and twin not in flipped and dist[name] <= dist[twin]:
-                continue
-            pairs.append({"trace": where, "probe": name, "proxy_flip": None,
-                          "free_running_changed": False, "output": ""})  # fmt: skip
-            expected[(where, name)] = name in flipped
-    assert pairs and any(expected.values())  # some probe breaks some trace
+        ctx = worker.context(trace, where, keep=True)  # kept: rescore replays it alone
+        measured = measure_trace(ctx, keys.of_trace(ctx.trace), keys.size, only=("prefill", 2))
+        batched = measured.margin  # the probes measurement replayed, batched
+        if any(m > NEAR_TIE for m in batched.values()):
+            break
+    assert batched and {n.split(":")[2] for n in batched} == {"2"}
+    assert all(measured.flipped[n] == (m > 0) for n, m in batched.items())
+    assert any(m > NEAR_TIE for m in batched.values())  # some probe clearly breaks the trace
+    assert any(m < -NEAR_TIE for m in batched.values())  # and some clearly does not
+    pairs = [{"trace": where, "probe": name, "proxy_flip": None,
+              "free_running_changed": False, "output": ""} for name in sorted(batched)]  # fmt: skip
     earlier = tmp_path / "earlier.json"
     earlier.write_text(json.dumps({"pairs": pairs}))
-    rows = rescore(earlier, by_where, keys, "smollm2-135m")
-    assert len(rows) == len(pairs)
+    rows = rescore(earlier, {where: by_where[where]}, keys, "smollm2-135m", worker=worker)
+    assert [r["probe"] for r in rows] == sorted(batched)
     for row in rows:
-        assert row["proxy_flip"] == expected[(row["trace"], row["probe"])], row["probe"]
+        margin = batched[row["probe"]]
+        assert abs(row["proxy_flip_margin"] - margin) <= NEAR_TIE, (row, margin)
+        if abs(margin) > NEAR_TIE:
+            assert row["proxy_flip"] == measured.flipped[row["probe"]], (row, margin)
+        assert row["proxy_flip"] == (row["proxy_flip_margin"] > 0)
         assert row["proxy_flip_before"] is None
 
 

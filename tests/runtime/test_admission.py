@@ -14,7 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pask_agent.calibration.agreement import Probe, ProbePolicy
+from pask_agent.calibration.buckets import DecodeKeys
 from pask_agent.errors import RequestTooLargeError
+from pask_agent.policy.actions import Action
 from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
@@ -22,7 +25,7 @@ from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.memory.admission import plan_rows, rows_bytes
 from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
-from pask_agent.runtime.requests import Request, SamplingParams
+from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.outputs import TEXT
 from pask_agent.runtime.turns.results import Finished
 
@@ -135,6 +138,45 @@ def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
     assert engine.shed_events > 0
     finished = [r for r, e in ends if isinstance(e, Finished)]
     assert a in finished and b in finished  # both ran to their token limit
+
+
+@pytest.mark.parametrize("policy_kind", ["pask", "probe"])
+def test_generated_tokens_reserve_low_rows_even_at_decode_budget_one(tiny, policy_kind) -> None:
+    """Issue 34: at ``B_D = 1`` admission reserved the average ``(1 − B_D) · N = 0`` low rows
+    for generated tokens; with a prompt planned without INT4 in a layer group the store was
+    then split with no low rows there, and the first generated token the policy stored INT4
+    crashed the engine ("KV pool full: 1 rows wanted, 0 of 0 free"). Both policies decide per
+    generated token: PASK at ``B_D = 1`` (as a table calibrated on few traces chose) for an
+    answer family its table never measured, whose ceiling stores INT4 what would pass
+    ``B + tolerance``; and a calibration probe that stores one group of every token INT4."""
+    ids, _ = _prompt(tiny)
+    labels = ["protected_content"] * len(ids)  # the calibrated table plans no L in group 0
+    if policy_kind == "pask":
+        table = PaskPolicy(allow_transfer=True).resolved_table()
+        policy = PaskPolicy(table.model_copy(update={"budget_decode": 1.0}), allow_transfer=True)
+    else:
+        policy = ProbePolicy(Probe("decode", 0, 0, Action.L), DecodeKeys(()))
+    new = 40
+    engine = Engine(tiny, RuntimeConfig(kv_capacity_bytes=4 << 20, prefill_chunk_tokens=128))
+    cfg = engine.config
+    # a SQL answer's session (PASK's ceiling applies); the random model's text runs to the limit
+    env = PolicyEnv(engine.costs, cfg.sinks, cfg.window, 0.33, answer_family="sql")
+    state = engine.new_sequence(policy.start(env))
+    params = SamplingParams(max_new_tokens=new, ignore_eos=True)
+    r = Request(ids, labels, TEXT, params, state, policy)
+    engine.inbox.append(r)
+    low_held = np.zeros(3, np.int64)
+    while engine.has_work():
+        for _, event in engine.step():
+            assert not isinstance(event, Failed), event.error
+            if isinstance(event, Finished):
+                assert event.reason == "length" and len(event.token_ids) == new
+        if engine.store.has_sequence(state.seq_id):
+            held = engine.store.held_rows(state.seq_id)
+            assert (held <= r.demand_rows).all()  # within its reservation: nothing shed
+            low_held = np.maximum(low_held, held[1])
+    assert low_held[0] > 0  # group 0 did store generated tokens INT4
+    assert (r.demand_rows[1] >= new).all() and engine.shed_events == 0
 
 
 def test_compressed_demand_that_can_never_fit_is_refused(tiny) -> None:

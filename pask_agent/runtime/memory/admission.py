@@ -6,13 +6,18 @@ group), and its bytes follow from the rows (``demand_bytes``). Per group ``g``:
 
     high_g = prompt tokens planned H (sinks always) + ⌈β · N⌉ + min(2·window + 1, not-H tokens)
              + ⌈Γ_max / C_full⌉
-    low_g  = prompt tokens planned L + min(N − ⌈β · N⌉, ⌈(1 − β) · N⌉)
+    low_g  = prompt tokens planned L + N
 
 * ``N = max_new_tokens`` and ``β = B_D`` (``b / C_full``, the session's ``decode_demand``): a
-  generated token's group actions are decided as it is tagged, so the decode allowance is
-  reserved as a ``β`` share held high and the rest at INT4, unless the session states its
-  shares (``DecodeDemand.row_shares``: uniform and score-ranked policies). A Full-KV request
-  holds every row high, so it reserves exactly ``(prompt + N) · C_full`` bytes;
+  generated token's group actions are decided as it is tagged, so the ledger bounds the
+  tokens held high by ``β · N``, but not those stored INT4 (a row of those costs about a
+  quarter as much): any generated token may end in the low pool, even at ``B_D = 1`` (the
+  reserve ``Γ`` holds back part of each token's allowance, so the controller demotes some).
+  So every generated token reserves a low row as well, unless the session states its shares
+  (``DecodeDemand.row_shares``: uniform and score-ranked policies). Reserving the average
+  ``(1 − β) · N`` instead gave a request at ``B_D = 1`` no low row at all, and the split then
+  gave the low pools none, so the first demotion found a pool of 0 rows (issue 34). A Full-KV
+  request holds every row high, so it reserves exactly ``(prompt + N) · C_full`` bytes;
 * ``Γ_max``: the largest decode reserve, how far floors may run ahead of the allowance;
 * tokens wait high in the recent window whatever they settle to: the window before a step and
   a prefill chunk's own last window tokens, so at most ``2 · window + 1`` extra high rows;
@@ -79,9 +84,11 @@ def request_rows(
     acts[: max(0, sinks - start)] = int(Action.H)
     n, new = len(acts), max_new_tokens
     beta = min(1.0, float(decode.bytes_per_token) / costs.full_bytes_per_token)
-    shares = decode.row_shares or ((beta,) * 3, (1 - beta,) * 3)
-    new_high, new_low = (np.array([math.ceil(x * new) for x in s]) for s in shares)
-    new_low = np.minimum(new - new_high, new_low)
+    if decode.row_shares is None:  # decided token by token: β of them high, any of them low
+        new_high, new_low = np.full(3, math.ceil(beta * new)), np.full(3, new)
+    else:
+        new_high, new_low = (np.array([math.ceil(x * new) for x in s]) for s in decode.row_shares)
+        new_low = np.minimum(new - new_high, new_low)
     high = (acts == int(Action.H)).sum(axis=0) + new_high
     low = (acts == int(Action.L)).sum(axis=0) + new_low
     high = high + np.minimum(2 * window + 1, n + new - high)
