@@ -118,10 +118,10 @@ class ReplayOutcome:
     the layers of ``distortion_layers`` (the intervened group's).
     ``margin[n]``: how far row ``n``'s verdict is from the other one, in logits: the largest,
     over its checked decisions, of (best logit of a candidate that changes the answer − best
-    logit of one that keeps the control's). Positive: it flipped (``margin > 0`` implies
-    ``flipped``); negative: how much further it would have to move to flip. Verdicts within a
-    small margin are near-ties that rounding decides (a batch's shape, another CPU's kernels);
-    only verdicts beyond it are stable (``MARGIN_LIMIT`` when no decision can flip).
+    logit of one that keeps the control's). Positive: it flipped; negative: it did not, and
+    would have to move that far to (0, an exact tie, either way; ``-MARGIN_LIMIT`` when no
+    decision is checked). Verdicts within a small margin are near-ties that rounding decides
+    (a batch's shape, another CPU's kernels); only verdicts beyond it are stable.
     """
 
     flipped: np.ndarray

@@ -313,7 +313,7 @@ def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
         if any(m > NEAR_TIE for m in batched.values()):
             break
     assert batched and {n.split(":")[2] for n in batched} == {"2"}
-    assert all(measured.flipped[n] == (m > 0) for n, m in batched.items())
+    assert all((m > 0) <= measured.flipped[n] <= (m >= 0) for n, m in batched.items())
     assert any(m > NEAR_TIE for m in batched.values())  # some probe clearly breaks the trace
     assert any(m < -NEAR_TIE for m in batched.values())  # and some clearly does not
     pairs = [{"trace": where, "probe": name, "proxy_flip": None,
@@ -327,7 +327,9 @@ def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
         assert abs(row["proxy_flip_margin"] - margin) <= NEAR_TIE, (row, margin)
         if abs(margin) > NEAR_TIE:
             assert row["proxy_flip"] == measured.flipped[row["probe"]], (row, margin)
-        assert row["proxy_flip"] == (row["proxy_flip_margin"] > 0)
+        assert (
+            (row["proxy_flip_margin"] > 0) <= row["proxy_flip"] <= (row["proxy_flip_margin"] >= 0)
+        )
         assert row["proxy_flip_before"] is None
 
 

@@ -175,7 +175,11 @@ def test_generated_tokens_reserve_low_rows_even_at_decode_budget_one(tiny, polic
             held = engine.store.held_rows(state.seq_id)
             assert (held <= r.demand_rows).all()  # within its reservation: nothing shed
             low_held = np.maximum(low_held, held[1])
-    assert low_held[0] > 0  # group 0 did store generated tokens INT4
+    if policy_kind == "probe":
+        # the probe stores group 0 of every token INT4: the case that crashed. (Under the one
+        # stage rule PASK at B_D = 1 keeps this answer's group-0 tokens BF16, so its variant
+        # checks the reservation and that nothing was shed, not the crash's exact path.)
+        assert low_held[0] > 0
     assert (r.demand_rows[1] >= new).all() and engine.shed_events == 0
 
 
