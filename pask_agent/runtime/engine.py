@@ -40,7 +40,8 @@ from pask_agent.runtime.memory.admission import (
 )
 from pask_agent.runtime.memory.history_plan import history_demotions
 from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.memory.retention import retention_view
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
 from pask_agent.runtime.models.loading import LoadedModel, place_model
@@ -371,24 +372,8 @@ class Engine:
 
     # ------------------------------------------------------------------ endings
     def _finish(self, r: Request, reason: str) -> Event:
-        now = time.perf_counter()
         kv = self.store.report(r.state.seq_id, prompt_tokens=len(r.prompt_ids))
-        n = len(r.generated)
-        first = r.first_token_at or now
-        result = Finished(
-            token_ids=tuple(r.generated),
-            text=r.text,
-            reason=reason,
-            prompt_tokens=len(r.prompt_ids),
-            prefilled_tokens=len(r.prompt_ids) - r.reused,
-            kv=kv,
-            ttft_s=first - r.submitted,
-            tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
-            tag_counts=dict(r.tag_counts),
-            allocated_kv_bytes=self.store.allocated_bytes(),
-            step_logits=tuple(r.step_logits) if r.keep_logits else None,
-            stages=getattr(r.state.session, "stage_plan", None),
-        )
+        result = r.finished(reason, kv, self.store.allocated_bytes())
         self._release(r, drop_sequence=not r.keep_sequence)
         return (r, result)
 

@@ -83,5 +83,26 @@ class Request:
     keep_logits: bool = False
     step_logits: list[torch.Tensor] = field(default_factory=list)
 
+    def finished(self, reason: str, kv: Any, allocated_kv_bytes: int) -> Finished:
+        """How the request ends: its tokens and timings, the store's KV report for it, and the
+        stage budgets its session planned at."""
+        now = time.perf_counter()
+        n = len(self.generated)
+        first = self.first_token_at or now
+        return Finished(
+            token_ids=tuple(self.generated),
+            text=self.text,
+            reason=reason,
+            prompt_tokens=len(self.prompt_ids),
+            prefilled_tokens=len(self.prompt_ids) - self.reused,
+            kv=kv,
+            ttft_s=first - self.submitted,
+            tpot_s=(now - first) / (n - 1) if n > 1 else 0.0,
+            tag_counts=dict(self.tag_counts),
+            allocated_kv_bytes=allocated_kv_bytes,
+            step_logits=tuple(self.step_logits) if self.keep_logits else None,
+            stages=getattr(self.state.session, "stage_plan", None),
+        )
+
 
 Event = tuple[Request, Delta | Finished | Failed]

@@ -99,7 +99,10 @@ def _run(tiny: LoadedModel, cases: list[Any], policy: Any, budgets: tuple) -> di
                 rows = []
                 for result, conv in await _batch(rt, cases, policy, budget):
                     seq = conv._state.seq_id
-                    held = [rt.engine.store.retained(seq, g) for g in range(3)]
+                    held = [
+                        tuple(a.tolist() for a in rt.engine.store.retained_arrays(seq, g))
+                        for g in range(3)
+                    ]
                     rows.append((result, held))
                 found[budget] = rows
             labels = []

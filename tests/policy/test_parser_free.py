@@ -47,7 +47,9 @@ def _int4_run(tiny: LoadedModel, budget: float) -> tuple[Any, list[tuple[list[in
                 max_new_tokens=NEW, ignore_eos=True, conversation=conv,
             )  # fmt: skip
             seq = conv._state.seq_id
-            return result, [rt.engine.store.retained(seq, g) for g in range(3)]
+            return result, [
+                tuple(a.tolist() for a in rt.engine.store.retained_arrays(seq, g)) for g in range(3)
+            ]
 
     return anyio.run(main)
 

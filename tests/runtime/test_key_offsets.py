@@ -14,7 +14,8 @@ from pask_agent.policy.mikv import MiKVPolicy
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.snapkv import SnapKVPolicy
 from pask_agent.policy.uniform import UniformPolicy
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.models.key_offsets import measure_key_offsets
 from pask_agent.runtime.models.loading import load_tokenizer
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention

@@ -23,8 +23,9 @@ from pask_agent.policy.uniform import UniformPolicy
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.memory.admission import kept_rows, rows_bytes
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
 from pask_agent.runtime.memory.kv_pools import PoolRows, split_rows
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.models.loading import LoadedModel, load_tokenizer
 from pask_agent.runtime.requests import Request, SamplingParams
 from pask_agent.runtime.turns.outputs import TEXT

@@ -9,7 +9,8 @@ from engine_greedy import engine_for, greedy, tiny_loaded
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
 from pask_agent.policy.actions import Action, LayerGroups
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.models.loading import load_tokenizer
 from pask_agent.runtime.models.seam import PaskCache, forward_step
 

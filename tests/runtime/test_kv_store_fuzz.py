@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.int4 import dequantize_int4_ref
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 
 LAYOUT = KVLayout(num_layers=6, num_kv_heads=2, head_dim=8)
 SEQS = ("a", "b", "c")
@@ -157,7 +158,7 @@ class StoreProgram:
             settled = store.settled(seq)
             high_rows = low_rows = 0
             for g in range(3):
-                high, low = store.retained(seq, g)
+                high, low = tuple(a.tolist() for a in store.retained_arrays(seq, g))
                 want_high = sorted(p for p, w in exp.where[g].items() if w == "high")
                 want_low = sorted(p for p, w in exp.where[g].items() if w == "low")
                 assert sorted(high) == want_high, (seq, g)

@@ -178,7 +178,7 @@ def test_long_prompt_prefills_in_chunks_without_stalling_decode(smollm2) -> None
         assert len(short.generated) == before + 1  # decode advanced every step
         lengths.append(engine.store.length(long.state.seq_id))
         # nothing of the long prompt settles (leaves the window) before it is fully prefilled
-        high, low = engine.store.retained(long.state.seq_id, 0)
+        high, low = tuple(a.tolist() for a in engine.store.retained_arrays(long.state.seq_id, 0))
         assert len(high) == lengths[-1] and not low
     assert len(lengths) >= 4 and all(
         b - a <= 64 for a, b in zip([0, *lengths], lengths, strict=False)

@@ -7,7 +7,8 @@ import torch
 
 from pask_agent.errors import KVStoreError
 from pask_agent.policy.actions import Action
-from pask_agent.runtime.memory.kv_store import KVLayout, KVStore, StoreConfig
+from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
+from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 
 
@@ -44,7 +45,7 @@ def test_demote_settled_tokens_and_refuse_protected(tiny_model) -> None:
     assert store.settled("a") == 9  # 12 tokens, window 3
     store.demote("a", 0, [2, 3], Action.L)
     store.demote("a", 0, [3, 4], Action.R)  # 3 from low, 4 from high
-    high, low = store.retained("a", 0)
+    high, low = tuple(a.tolist() for a in store.retained_arrays("a", 0))
     assert sorted(low) == [2] and 3 not in high and 4 not in high
     assert sorted(high) == [0, 1, 5, 6, 7, 8, 9, 10, 11]
     with pytest.raises(KVStoreError, match="sinks or inside the recent window"):

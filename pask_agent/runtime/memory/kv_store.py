@@ -6,25 +6,20 @@ high pool), low (two packed INT4 rows plus their FP16 scales in the low pool) or
 slot map per sequence, but each layer keeps its own tensors (paper App. B.2).
 
 Life of a token (App. B.2, B.6): the first ``sinks`` tokens stay high forever; every other token
-stays high while it is inside the recent window of ``window`` tokens, then the action scheduled
-for it (per layer group) executes: ``H`` keeps it, ``L`` quantizes it into the low pool and
-frees its high slot, ``R`` frees it. A token that is already outside the window when its own
-chunk ends (most of a long prefill chunk) is written straight into that form: quantized, or
-never stored. The chunk's queries still read the chunk's own full-precision K/V, so the step's
-outputs are the same, and a request's peak is what it keeps plus its window, not its prompt at
-BF16. The step's high-water mark is right after ``begin_step`` allocates: settling frees high
-slots before it takes low ones.
-Freed slots go back to a free list and are reused by the next tokens, so storage is reclaimed,
-never masked. Keys are stored after RoPE, with their absolute positions, so attention over the
-gaps left by released tokens stays correct.
+stays high while inside the recent ``window``, then the action scheduled for it (per layer
+group) executes: ``H`` keeps it, ``L`` quantizes it into the low pool, ``R`` frees it. A token
+already outside the window when its chunk ends is written straight into that form; the chunk's
+queries still read its own full-precision K/V, so outputs are unchanged and a request's peak is
+what it keeps plus its window, not its prompt at BF16. Freed slots are reused by the next
+tokens (storage reclaimed, never masked); keys are stored after RoPE with their absolute
+positions, so attention over released gaps stays correct.
 
 The store is batch-first: a step writes chunks for several sequences at once (packed into one
 ``[T]`` token axis) and attention reads each sequence's own slots.
 
-This class owns the token's life; each part is its own file: the preallocated pools and their
-free rows (``kv_pools.py``), one sequence's slot maps, settled mark and deferred actions
-(``kv_sequence.py``, ``slots.py``, ``kv_schedule.py``), byte accounting
-(``kv_accounting.py``) and attention mass for the score-ranked baselines (``key_scores.py``).
+This class owns the token's life; the pools (``kv_pools.py``), one sequence's slot maps and
+deferred actions (``kv_sequence.py``, ``slots.py``, ``kv_schedule.py``), byte accounting
+(``kv_accounting.py``) and attention mass (``key_scores.py``) are their own files.
 """
 
 from __future__ import annotations
@@ -47,9 +42,7 @@ from pask_agent.runtime.memory.kv_layout import (
 )
 from pask_agent.runtime.memory.kv_pools import KVPools, PoolRows, split_rows
 from pask_agent.runtime.memory.kv_sequence import StoredSequence
-from pask_agent.runtime.memory.slots import audit_slots, pool_view
-
-__all__ = ["GroupWrite", "KVLayout", "KVReport", "KVStore", "StepBatch", "StoreConfig"]
+from pask_agent.runtime.memory.slots import audit_store, pool_view
 
 
 class KVStore:
@@ -62,7 +55,7 @@ class KVStore:
     config:
         Sink and window protection and the high pool's storage dtype.
     device:
-        Where the pools live. On CPU attention uses the torch reference kernels.
+        Where the pools live.
     capacity_bytes:
         Bytes preallocated once for every pool (``kv_pools.py``), split evenly until the
         engine re-splits an empty store; None: ``config.rows_per_pool`` rows in each pool.
@@ -95,10 +88,9 @@ class KVStore:
         self._seqs: dict[str, StoredSequence] = {}
         self.key_scores = KeyScoreBook()
         self.peak_bytes = 0
-        shape = (layout.num_layers, layout.num_kv_heads, layout.head_dim)
-        if key_offsets is not None and tuple(key_offsets.shape) != shape:
-            got = tuple(key_offsets.shape)
-            raise KVStoreError(f"key_offsets must have shape {shape}, got {got}")
+        want, got = (layout.num_layers, layout.num_kv_heads, layout.head_dim), key_offsets
+        if got is not None and tuple(got.shape) != want:
+            raise KVStoreError(f"key_offsets must have shape {want}, got {tuple(got.shape)}")
         self.key_offsets = None if key_offsets is None else key_offsets.to(self.device)
 
     def add_sequence(self, seq_id: str, *, centered: bool = False) -> None:
@@ -146,8 +138,7 @@ class KVStore:
         return self._get(seq_id).length
 
     def resplit(self, rows: PoolRows) -> None:
-        """Divide the preallocated bytes into ``rows`` (``KVPools.split``); the store must be
-        empty, so no held row moves. Raises ``KVStoreError`` otherwise."""
+        """Divide the pools into ``rows``; only an empty store (no held row moves)."""
         if self._seqs:
             raise KVStoreError(f"re-split needs an empty store; {len(self._seqs)} sequences held")
         self.pools.split(rows)
@@ -304,13 +295,8 @@ class KVStore:
         length = self._get(seq_id).length
         return self.key_scores.scores(seq_id, group, length, latest_step=latest_step)
 
-    def retained(self, seq_id: str, group: int) -> tuple[list[int], list[int]]:
-        """Positions held high and held low in one group (unordered)."""
-        high, low = self.retained_arrays(seq_id, group)
-        return high.tolist(), low.tolist()
-
     def retained_arrays(self, seq_id: str, group: int) -> tuple[np.ndarray, np.ndarray]:
-        """``retained`` as int64 arrays (copies), for vectorized views."""
+        """Positions held high and held low in one group (unordered int64 copies)."""
         seq = self._get(seq_id)
         return seq.high[group].positions.copy(), seq.low[group].positions.copy()
 
@@ -403,12 +389,8 @@ class KVStore:
 
     def audit(self) -> None:
         """Every slot of every pool is free exactly once or held by exactly one token
-        (``slots.audit_slots``: why, and what it raises)."""
-        seqs = self._seqs.values()
-        for kind, allocs in (("high", self._high_alloc), ("low", self._low_alloc)):
-            for g, alloc in enumerate(allocs):
-                held = [s for q in seqs for s in (q.high if kind == "high" else q.low)[g].slots]
-                audit_slots(f"{kind} pool, group {g}", alloc, held)
+        (``slots.audit_store``: why, and what it raises)."""
+        audit_store(self._high_alloc, self._low_alloc, list(self._seqs.values()))
 
     def report(self, seq_id: str, prompt_tokens: int = 0) -> KVReport:
         """What ``seq_id`` holds; with ``prompt_tokens``, also how much of it is the prompt's."""

@@ -153,3 +153,12 @@ def pool_view(maps: Sequence[SlotMap], device: torch.device) -> PoolView:
         offsets=torch.from_numpy(offsets),
         positions=torch.from_numpy(positions).to(device),
     )
+
+
+def audit_store(high_alloc: list, low_alloc: list, seqs: list) -> None:
+    """``audit_slots`` for every pool of a store: its allocators per layer group and the slots
+    its sequences hold (``KVStore.audit``)."""
+    for kind, allocs in (("high", high_alloc), ("low", low_alloc)):
+        for g, alloc in enumerate(allocs):
+            held = [s for q in seqs for s in (q.high if kind == "high" else q.low)[g].slots]
+            audit_slots(f"{kind} pool, group {g}", alloc, held)

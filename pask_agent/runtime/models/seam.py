@@ -22,7 +22,8 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from pask_agent.errors import KVStoreError
-from pask_agent.runtime.memory.kv_store import KVStore, StepBatch
+from pask_agent.runtime.memory.kv_layout import StepBatch
+from pask_agent.runtime.memory.kv_store import KVStore
 
 ATTENTION_NAME = "pask"
 
