@@ -8,15 +8,16 @@ program that only reads a policy table, or the CLI printing its help, should not
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pask_agent.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
     "Runtime": "pask_agent.runtime.runtime",
-    "RuntimeConfig": "pask_agent.runtime.engine",
+    "RuntimeConfig": "pask_agent.runtime.config",
     "Conversation": "pask_agent.runtime.runtime",
     "ToolCall": "pask_agent.runtime.turns.results",
     "ChatResult": "pask_agent.runtime.turns.results",
@@ -57,14 +58,4 @@ if TYPE_CHECKING:
     from pask_agent.runtime.turns.results import ChatResult, ToolCall, Usage
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pask_agent' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -14,7 +14,7 @@ import pask_agent
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("pask_agent.errors",),
-    ("pask_agent.record", "pask_agent.package_data"),
+    ("pask_agent.record", "pask_agent.package_data", "pask_agent.lazy"),
     ("pask_agent.kernels",),
     ("pask_agent.grammars",),
     ("pask_agent.policy",),

@@ -34,23 +34,6 @@ def answer_keys(candidates: list[list[str]], continuations: list[str]) -> np.nda
     return keys
 
 
-def choose_with_continue_rule(
-    logits: torch.Tensor,
-    at: torch.Tensor,
-    real: torch.Tensor,
-    is_next: torch.Tensor,
-    is_close: torch.Tensor,
-    tau: float,
-) -> torch.Tensor:
-    """Each row's choice among the candidates (``logits [N, T, K]``), with the runtime's
-    continue-calls rule (``RuntimeConfig.continue_calls_at``) applied to that row's own
-    probabilities at the between-calls positions ``at``: where a row gives another call at
-    least ``tau``, closing the array is not an option for it. ``real``, ``is_next`` and
-    ``is_close`` (``[len(at), K]``) say which candidates are legal tokens, start another call,
-    and close the array."""
-    return continue_rule_logits(logits, at, real, is_next, is_close, tau).argmax(-1)
-
-
 def continue_rule_logits(
     logits: torch.Tensor,
     at: torch.Tensor,
@@ -59,8 +42,12 @@ def continue_rule_logits(
     is_close: torch.Tensor,
     tau: float,
 ) -> torch.Tensor:
-    """``logits`` with what the continue-calls rule takes out of the running at ``-inf``
-    (arguments as for :func:`choose_with_continue_rule`)."""
+    """The candidates' logits ``[N, T, K]`` with the runtime's continue-calls rule
+    (``RuntimeConfig.continue_calls_at``) applied to each row's own probabilities at the
+    between-calls positions ``at``: where a row gives another call at least ``tau``, closing
+    the array is taken out of the running (``-inf``); the row's choice is the argmax.
+    ``real``, ``is_next`` and ``is_close`` (``[len(at), K]``) say which candidates are legal
+    tokens, start another call, and close the array."""
     logits = logits.clone()
     sub = logits[:, at].masked_fill(~real[None], float("-inf"))
     p_next = (torch.softmax(sub, dim=-1) * is_next[None]).sum(-1)  # [N, len(at)]

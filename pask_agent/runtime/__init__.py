@@ -10,8 +10,9 @@ gpu_check.py`` on a GPU host) may lack.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pask_agent.lazy import lazy_exports
 
 # public name -> module that defines it
 _EXPORTS = {
@@ -47,14 +48,4 @@ if TYPE_CHECKING:
     from pask_agent.runtime.turns.results import ChatResult, Delta, ToolCall, Usage
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pask_agent.runtime' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from sample_tools import convert_currency, get_weather
 
 from pask_agent.calibration.agreement import Probe, ProbePolicy
 from pask_agent.calibration.buckets import DecodeKeys
@@ -32,28 +33,6 @@ from pask_agent.policy.table import PolicyTable, tokenizer_hash
 from pask_agent.record.traces import TraceError, read_traces
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
-
-
-def get_weather(city: str, unit: str = "celsius") -> str:
-    """Get the current weather in a city.
-
-    Args:
-        city: The city name, e.g. Oslo.
-        unit: Temperature unit, celsius or fahrenheit.
-    """
-    return "sunny"
-
-
-def convert_currency(amount: float, source: str, target: str) -> float:
-    """Convert an amount of money between currencies.
-
-    Args:
-        amount: How much money.
-        source: Three-letter code of the currency to convert from.
-        target: Three-letter code of the currency to convert to.
-    """
-    return amount
-
 
 QUESTIONS = [
     "What is the weather in Oslo?",

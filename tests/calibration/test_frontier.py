@@ -16,7 +16,7 @@ from pask_agent.calibration.frontier import (
     path_candidates,
     spread,
 )
-from pask_agent.calibration.interventions import answer_keys, choose_with_continue_rule
+from pask_agent.calibration.interventions import answer_keys, continue_rule_logits
 from pask_agent.calibration.measure import TraceMeasurement, probe_name
 from pask_agent.calibration.selection import group_weights
 from pask_agent.calibration.table_build import mismatch_report
@@ -142,5 +142,5 @@ def test_the_replay_applies_the_continue_calls_rule_to_each_rows_own_odds() -> N
         ]
     )
     at = torch.tensor([1])
-    best = choose_with_continue_rule(logits, at, real, is_next, is_close, 0.01)
+    best = continue_rule_logits(logits, at, real, is_next, is_close, 0.01).argmax(-1)
     assert best.tolist() == [[1, 1], [1, 0]]  # position 0 is not between calls: plain argmax

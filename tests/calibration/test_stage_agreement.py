@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from sample_tools import convert_currency, get_weather
 
 from pask_agent.calibration.calibrate import CalibrationConfig, selection_prompt_budgets
 from pask_agent.calibration.replay import TraceReplayer
@@ -23,27 +24,6 @@ from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
 WINDOW = 8
-
-
-def get_weather(city: str, unit: str = "celsius") -> str:
-    """Get the current weather in a city.
-
-    Args:
-        city: The city name, e.g. Oslo.
-        unit: Temperature unit, celsius or fahrenheit.
-    """
-    return "sunny"
-
-
-def convert_currency(amount: float, source: str, target: str) -> float:
-    """Convert an amount of money between currencies.
-
-    Args:
-        amount: How much money.
-        source: Three-letter code of the currency to convert from.
-        target: Three-letter code of the currency to convert to.
-    """
-    return amount
 
 
 @pytest.fixture(scope="module")
