@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +209,9 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         pairs = prompt_candidates(pre, costs)
         if config.budget is not None:
             levels = (config.budget,)
-            b_ps = selection_prompt_budgets(dev_replayed, config.budget, b_d, expected, config)
+            b_ps = selection_prompt_budgets(
+                dev_replayed, config.budget, b_d, expected, config, costs.int4_share
+            )
             per_trace = {w: [b_p] for (w, _), b_p in zip(dev, b_ps, strict=True)}
         else:
             levels = config.prefill_levels
@@ -311,6 +314,7 @@ def selection_prompt_budgets(
     budget_decode: float,
     expected: float,
     config: CalibrationConfig,
+    decode_floor: float | Fraction,
 ) -> list[float]:
     """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
     resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
@@ -323,6 +327,7 @@ def selection_prompt_budgets(
             answer_tokens=expected,
             sinks=config.sinks,
             window=config.window,
+            decode_floor=decode_floor,
         ).prompt
         for r in dev
     ]

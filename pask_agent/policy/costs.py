@@ -15,6 +15,7 @@ match the store's pools (App. B.5):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 from pask_agent.errors import ConfigError
 from pask_agent.policy.actions import Action, LayerGroups
@@ -93,6 +94,13 @@ class PayloadCosts:
     def full_bytes_per_token(self) -> int:
         """``C_full``: bytes of one token's K and V in BF16 over all layers."""
         return sum(row[Action.H] for row in self.bytes_by_group)
+
+    @property
+    def int4_share(self) -> Fraction:
+        """What storing every token INT4 costs, as a share of BF16 (App. B.5: 4-bit codes plus
+        FP16 scales; 0.266 at head dim 64): the least a plan keeps without releasing."""
+        low = sum(row[Action.L] for row in self.bytes_by_group)
+        return Fraction(low, self.full_bytes_per_token)
 
     def cost(self, action: Action, group: int) -> int:
         """``m(action, group)`` in bytes per token."""

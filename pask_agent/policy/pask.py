@@ -104,6 +104,7 @@ class PaskSession:
             answer_tokens=self.expected_answer,
             sinks=self.sinks,
             window=self.window,
+            decode_floor=self.costs.int4_share,
         )
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
