@@ -1,7 +1,7 @@
 """Calibration selects a table at the prompt budgets the runtime serves it with (issue 30,
 item 1): for the same prompt and budget, the ``B_P`` calibration's prompt candidates are
 replayed at (``calibrate.selection_prompt_budgets``) is the ``B_P`` the runtime's PASK session
-plans (``usage.planned_b_prompt``), and decoding is planned at the table's ``B_D``, below ``B``.
+plans (``usage.planned_b_prompt``), and decoding is planned at ``max(B_D, min(INT4's cost, B))``.
 
 SmolLM2-135M, two traces recorded by the runtime itself, the shipped table (transferred: its
 budgets and expected answer length are what is being checked, not its buckets).
@@ -18,6 +18,7 @@ from sample_tools import convert_currency, get_weather
 
 from pask_agent.calibration.calibrate import CalibrationConfig, selection_prompt_budgets
 from pask_agent.calibration.replay import TraceReplayer
+from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.record.traces import read_traces
 from pask_agent.runtime.config import RuntimeConfig
@@ -56,8 +57,12 @@ def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> No
         traces=(traces,), dev=(traces,), out=traces.with_suffix(".json"), sinks=4, window=WINDOW
     )
     budgets = (0.2, 0.33)
+    cfg = smollm2.model.config
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    costs = PayloadCosts.from_dims(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim)
+    floor = costs.int4_share
     selected = {
-        b: selection_prompt_budgets(replayed, b, table.budget_decode, expected, config)
+        b: selection_prompt_budgets(replayed, b, table.budget_decode, expected, config, floor)
         for b in budgets
     }
 
@@ -77,13 +82,16 @@ def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> No
 
     served = anyio.run(serve)
     for b in budgets:
-        assert table.budget_decode < b
+        assert table.budget_decode < min(float(floor), b)  # the floor is what binds here
+        # decoding is planned at max(B_D, min(INT4's cost, B)), not max(B_D, B)
+        decode = max(table.budget_decode, min(float(floor), b))
         for usage, r, b_p in zip(served[b], replayed, selected[b], strict=True):
             assert usage.prompt_tokens == r.prompt_len
             assert usage.planned_b_prompt == b_p  # the same function on the same numbers
-            # decoding is planned at the table's B_D, not max(B_D, B); B_P got what it freed
-            assert usage.planned_b_decode == table.budget_decode
+            assert usage.planned_b_decode == pytest.approx(decode, abs=1e-4)
             n = r.prompt_len
             old_rule = (b * (n + expected) - min(expected, WINDOW)
                         - b * max(expected - WINDOW, 0)) / n  # fmt: skip
-            assert b_p > old_rule and usage.measured_b_prompt <= b_p + 1e-9
+            # where decoding spends less than B, the prompt got what it freed
+            assert (b_p > old_rule + 1e-9) == (decode < b)
+            assert usage.measured_b_prompt <= b_p + 1e-9

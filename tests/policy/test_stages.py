@@ -17,6 +17,7 @@ from pask_agent.grammars.tags import Tag
 from pask_agent.policy import get_policy
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import PolicyEnv
+from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.stages import solve_stage_budgets
 
@@ -77,11 +78,12 @@ def test_a_budget_outside_0_1_is_a_typed_error(bad: float) -> None:
 @pytest.fixture
 def table(make_table, entries):
     """Function names floor ``H``, content free; every decode token starts ``H`` with an
-    ``R`` floor; calibrated ``B_D`` 0.25 for a 40-token answer."""
+    ``R`` floor; calibrated ``B_D`` 0.4 for a 40-token answer (above ``small_costs``' INT4
+    share, 0.375, so the decode floor does not bind)."""
     return make_table(
         prefill={FN: entries.prefill("H", "H", 1.0, 1.0), PC: entries.prefill("L", "R", 1, 1)},
         decode_default=entries.uniform("H", "R"),
-        budget_decode=0.25,
+        budget_decode=0.4,
         sink_tokens=1,
         window_tokens=2,
     ).model_copy(update={"expected_output_tokens": 40.0, "budget_total": 0.5})
@@ -95,24 +97,32 @@ def test_decode_is_planned_at_the_tables_b_d_below_b(table, small_costs) -> None
     session = _session(table, small_costs, 0.5)
     session.plan_prefill([PC] * 60)
     stages = session.stages
-    assert stages is not None and stages.decode == Fraction(1, 4) < stages.total
-    assert session.budget_decode == Fraction(1, 4)
-    # B_P = (0.5 · 100 − 2 − 0.25 · 38) / 60; the bytes the answer does not use went here
-    assert stages.prompt == pytest.approx((50 - 2 - 9.5) / 60) and stages.prompt > 0.5
-    assert session.stage_plan is not None and session.stage_plan.budget_decode == 0.25
-    # the controller decodes at 0.25 · 96 = 24 bytes per token: an H start (96) is demoted,
-    # so the answer's tokens keep 0.25 of Full KV on average, not 0.5
+    assert stages is not None and stages.decode == Fraction(2, 5) < stages.total
+    assert session.budget_decode == Fraction(2, 5)
+    # B_P = (0.5 · 100 − 2 − 0.4 · 38) / 60; the bytes the answer does not use went here
+    assert stages.prompt == pytest.approx((50 - 2 - 15.2) / 60) and stages.prompt > 0.5
+    assert session.stage_plan is not None and session.stage_plan.budget_decode == 0.4
+    # the controller decodes at 0.4 · 96 = 38.4 bytes per token: an H start (96) is demoted,
+    # so the answer's tokens keep 0.4 of Full KV on average, not 0.5
     tag = Tag("schema_bearing", "dispatch_key", "critical", "no_lookahead")
     kept = sum(small_costs.token_cost(session.on_token(tag)) for _ in range(40))
-    assert kept <= 0.25 * 96 * 40
-    assert session.controller.ledger.measured_ratio == pytest.approx(0.25, abs=0.05)
+    assert kept <= 0.4 * 96 * 40
+    assert session.controller.ledger.measured_ratio == pytest.approx(0.4, abs=0.05)
+
+
+def test_a_calibrated_b_d_below_int4_cost_is_lifted_to_it(table, small_costs) -> None:
+    low = table.model_copy(update={"budget_decode": 0.25})
+    session = PaskPolicy(low).start(PolicyEnv(small_costs, 1, 2, 0.5))
+    session.plan_prefill([PC] * 60)
+    assert small_costs.int4_share == Fraction(3, 8)
+    assert session.stages is not None and session.stages.decode == Fraction(3, 8)
 
 
 def test_max_new_tokens_caps_the_answer_the_prompt_is_planned_for(table, small_costs) -> None:
     capped = _session(table, small_costs, 0.5, max_new_tokens=10)
     capped.plan_prefill([PC] * 60)
-    # a 10-token answer: 2 in the window + 0.25 · 8 = 4; B_P = (0.5 · 70 − 4) / 60
-    assert capped.stages is not None and capped.stages.prompt == pytest.approx(31 / 60)
+    # a 10-token answer: 2 in the window + 0.4 · 8 = 5.2; B_P = (0.5 · 70 − 5.2) / 60
+    assert capped.stages is not None and capped.stages.prompt == pytest.approx(29.8 / 60)
 
 
 def test_floors_the_budget_cannot_hold_are_released_and_reported(table, small_costs) -> None:
@@ -140,3 +150,18 @@ def test_a_bad_budget_is_refused_before_any_plan(name: str, bad: float, small_co
         policy = get_policy(name)(allow_transfer=True)
     with pytest.raises(ConfigError, match=r"\(0, 1\]"):
         policy.start(PolicyEnv(small_costs, 1, 2, bad))
+
+
+def test_decode_is_not_planned_below_int4_cost_while_the_total_allows() -> None:
+    """Releasing answer tokens is what a B_D below INT4's cost asks for, and the calibration
+    that chose B_D cannot validate it: the floor lifts B_D to INT4's cost, or to B if lower."""
+    floor = PayloadCosts.from_dims(24, 2, 64).int4_share
+    assert floor == Fraction(17, 64)  # 4-bit codes + FP16 scale per 64-dim row, over BF16
+    kw = dict(prompt_tokens=800, answer_tokens=59, sinks=4, window=16)
+    for total, want in ((0.33, floor), (0.2, Fraction(1, 5)), (0.1, Fraction(157, 1000))):
+        floored = solve_stage_budgets(total, decode=0.157, decode_floor=floor, **kw)
+        assert floored.decode == want
+        plain = solve_stage_budgets(total, decode=0.157, **kw)
+        assert plain.decode == Fraction(157, 1000)
+        # what decoding keeps more, the prompt gives up
+        assert (floored.prompt < plain.prompt) == (want > Fraction(157, 1000))
