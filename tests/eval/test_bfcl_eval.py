@@ -6,14 +6,11 @@ under ``full`` and ``pask`` at ``B = 0.33``: PASK's single-call outputs must be 
 measured total ``B`` must be within ±0.03 of the target, and the written files must agree with
 the official checker re-run on the stored calls.
 
-A regression check pins the parallel-array runaway: when the default table still released
-generated scaffold, PASK at B = 0.33 repeated calls inside the arrays of ``parallel_0`` and
-``parallel_5`` until the token limit. It is back since decoding runs at the table's calibrated
-``B_D`` = 0.157 instead of ``max(B_D, B)`` = 0.33 (issue 30, item 1; ``policy/stages.py``):
-below INT4's own cost (0.266) the ledger must release generated tokens, nearly every decode
-bucket of the calibrated table has an ``R`` floor, and ``parallel_5`` repeats its call until the
-limit (``parallel_0`` stays valid). The teacher-forced decode proxy cannot see a free-running
-loop; until calibration or the decode floors account for it, the check is a strict xfail.
+A regression check pins the parallel-array runaway: when PASK released generated tokens at
+B = 0.33 it repeated calls inside the arrays of ``parallel_0`` and ``parallel_5`` until the token
+limit. It came back when decoding ran at the table's calibrated ``B_D`` = 0.157, below INT4's own
+cost (0.266), where the ledger must release answer tokens; ``policy/stages.py`` now plans
+decoding no lower than INT4's cost while ``B`` allows it, and the check holds again.
 """
 
 from __future__ import annotations
@@ -99,11 +96,6 @@ def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: at the calibrated B_D 0.157 PASK releases generated tokens and "
-    "parallel_5 repeats its call until the token limit (issue 30, item 1)",
-)
 def test_pask_parallel_arrays_stay_valid() -> None:
     from pask_agent.runtime.runtime import Runtime
 
