@@ -319,16 +319,12 @@ def selection_prompt_budgets(
     """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
     resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
     answer length, sinks and window)."""
+    sinks, window = config.sinks, config.window
     return [
         solve_stage_budgets(
-            budget,
-            decode=budget_decode,
-            prompt_tokens=r.prompt_len,
-            answer_tokens=expected,
-            sinks=config.sinks,
-            window=config.window,
-            decode_floor=decode_floor,
-        ).prompt
+            budget, decode=budget_decode, prompt_tokens=r.prompt_len, answer_tokens=expected,
+            sinks=sinks, window=window, decode_floor=decode_floor,
+        ).prompt  # fmt: skip
         for r in dev
     ]
 
