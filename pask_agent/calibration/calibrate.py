@@ -31,6 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -319,14 +320,9 @@ def selection_prompt_budgets(
     """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
     resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
     answer length, sinks and window)."""
-    sinks, window = config.sinks, config.window
-    return [
-        solve_stage_budgets(
-            budget, decode=budget_decode, prompt_tokens=r.prompt_len, answer_tokens=expected,
-            sinks=sinks, window=window, decode_floor=decode_floor,
-        ).prompt  # fmt: skip
-        for r in dev
-    ]
+    same = {"answer_tokens": expected, "sinks": config.sinks, "window": config.window}
+    solve = partial(solve_stage_budgets, budget, decode=budget_decode, decode_floor=decode_floor)
+    return [solve(prompt_tokens=r.prompt_len, **same).prompt for r in dev]
 
 
 def _fingerprint(
