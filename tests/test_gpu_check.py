@@ -22,9 +22,10 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 ABSENT = ("xgrammar", "jsonschema", "sqlglot", "langchain_core")
 
 # Runs the script as __main__ with the packages the GPU machine lacks made unimportable, then
-# reports its own peak RSS on stderr (KiB on Linux).
+# reports its own peak RSS on stderr (KiB). VmHWM, not getrusage's ru_maxrss: Linux keeps
+# ru_maxrss across fork and exec, so a child of a large pytest would report pytest's peak.
 LAUNCH = f"""
-import importlib.abc, resource, runpy, sys
+import importlib.abc, re, runpy, sys
 
 class Absent(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -37,7 +38,8 @@ sys.argv = [{str(SCRIPT)!r}, *sys.argv[1:]]
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 finally:
-    print("maxrss_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+    hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+    print("maxrss_kib", hwm, file=sys.stderr)
 """
 
 
