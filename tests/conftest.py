@@ -28,6 +28,23 @@ if os.environ.get("PASK_KERNEL_DEVICE", "cpu") != "cuda":
 
 
 _SUITE_STARTED = time.monotonic()
+_RSS_GROWTH: list[tuple[float, str]] = []  # (GiB the process grew during a test, test id)
+
+
+def _status_gib(field: str) -> float:
+    status = Path("/proc/self/status")
+    found = re.search(rf"{field}:\s+(\d+) kB", status.read_text()) if status.exists() else None
+    return int(found.group(1)) / 2**20 if found else 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Note how much each test (its setup, call and teardown) grew the process: the suite's
+    10 GB limit is kept by finding what holds memory, and session fixtures show up on the
+    first test that asks for them."""
+    before = _status_gib("VmRSS")
+    yield
+    _RSS_GROWTH.append((_status_gib("VmRSS") - before, item.nodeid))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -35,14 +52,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     limits (20 minutes, 10 GB on the 2-core CI machine). pytest's own peak is ``VmHWM``; for
     subprocesses only ``ru_maxrss`` of the largest child exists, and Linux keeps a forked
     child's inherited peak across exec, so that figure is an upper bound, not a measurement."""
-    status = Path("/proc/self/status")
-    hwm = re.search(r"VmHWM:\s+(\d+) kB", status.read_text()) if status.exists() else None
-    own = int(hwm.group(1)) / 2**20 if hwm else 0.0
+    own = _status_gib("VmHWM")
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     minutes = (time.monotonic() - _SUITE_STARTED) / 60
     terminalreporter.write_line(
         f"suite: {minutes:.1f} min wall, peak RSS {own:.2f} GiB (pytest); largest subprocess "
         f"at most {child:.2f} GiB (ru_maxrss, which counts pages a fork inherited)"
+    )
+    grew = sorted(_RSS_GROWTH, reverse=True)[:8]
+    terminalreporter.write_line(
+        "largest RSS growth: " + ", ".join(f"{g:+.2f} GiB {n}" for g, n in grew if g >= 0.1)
     )
 
 

@@ -78,6 +78,7 @@ class Request:
     plan: list | None = None  # prefill plan of all prompt_ids, made at admission
     plan_keep: int = -1
     tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
+    shed_rows: int = 0  # pool rows this request shed past its reservation (admission.py)
     # Parity checks compare every step's raw logits with transformers' own: keep them (a [V]
     # copy per token, so off by default).
     keep_logits: bool = False
@@ -89,6 +90,7 @@ class Request:
         now = time.perf_counter()
         n = len(self.generated)
         first = self.first_token_at or now
+        ceiling = getattr(self.state.session, "ceiling", None)
         return Finished(
             token_ids=tuple(self.generated),
             text=self.text,
@@ -102,6 +104,8 @@ class Request:
             allocated_kv_bytes=allocated_kv_bytes,
             step_logits=tuple(self.step_logits) if self.keep_logits else None,
             stages=getattr(self.state.session, "stage_plan", None),
+            ceiling_fallback_tokens=0 if ceiling is None else ceiling.demoted_tokens,
+            shed_fallback_rows=self.shed_rows,
         )
 
 

@@ -84,6 +84,16 @@ class ServerMetrics:
             "Generated tokens the structural tagger could not place (default bucket used)",
             registry=r,
         )
+        self.ceiling_tokens = Counter(
+            "pask_ceiling_fallback_tokens",
+            "Answer tokens the answer ceiling stored INT4 where the table kept them BF16",
+            registry=r,
+        )
+        self.shed_rows = Counter(
+            "pask_shed_fallback_rows",
+            "Pool rows (token x layer group) requests shed past their reservation",
+            registry=r,
+        )
         self.requests = Counter(
             "pask_requests", "Chat completions by HTTP status (499: client went away)",
             ["status"], registry=r,
@@ -98,6 +108,8 @@ class ServerMetrics:
         self.measured_b.observe(usage.measured_b)
         self.kv_bytes.observe(usage.kv_bytes)
         self.fallbacks.inc(usage.tagger_fallbacks)
+        self.ceiling_tokens.inc(usage.ceiling_fallback_tokens)
+        self.shed_rows.inc(usage.shed_fallback_rows)
 
     def status(self, code: int) -> None:
         self.requests.labels(status=str(code)).inc()

@@ -136,8 +136,32 @@ def test_request_past_its_reservation_sheds_instead_of_crashing(tiny) -> None:
             assert (engine.store.held_rows(a.state.seq_id) <= a.demand_rows).all()
             assert (engine.reservations.spare(engine.live) >= 0).all()
     assert engine.shed_events > 0
-    finished = [r for r, e in ends if isinstance(e, Finished)]
-    assert a in finished and b in finished  # both ran to their token limit
+    finished = {id(r): e for r, e in ends if isinstance(e, Finished)}
+    assert id(a) in finished and id(b) in finished  # both ran to their token limit
+    # what shedding moved is the request's own, in its usage: A shed, B never had to
+    assert finished[id(a)].shed_fallback_rows > 0
+    assert finished[id(b)].shed_fallback_rows == 0
+
+
+def test_answer_ceiling_demotions_reach_the_request_report(tiny) -> None:
+    """A long answer of a family the table never measured (SQL) is held under ``B + tol`` by
+    the answer ceiling; the tokens it stored INT4 are reported with the request, and a
+    measured family's answer reports none."""
+    ids, labels = _prompt(tiny)
+    engine = Engine(tiny, RuntimeConfig(prefill_chunk_tokens=64))
+    pask, cfg = PaskPolicy(allow_transfer=True), engine.config
+    counts = {}
+    for family in ("sql", "function_calling"):
+        env = PolicyEnv(engine.costs, cfg.sinks, cfg.window, 0.2, answer_family=family)
+        session = pask.start(env)
+        params = SamplingParams(max_new_tokens=160, ignore_eos=True)
+        r = Request(ids, labels, TEXT, params, engine.new_sequence(session), pask)
+        (end,) = engine.run([r])
+        assert isinstance(end, Finished)
+        ceiling = session.ceiling
+        counts[family] = end.ceiling_fallback_tokens
+        assert end.ceiling_fallback_tokens == (0 if ceiling is None else ceiling.demoted_tokens)
+    assert counts["sql"] > 0 and counts["function_calling"] == 0
 
 
 @pytest.mark.parametrize("policy_kind", ["pask", "probe"])

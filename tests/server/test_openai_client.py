@@ -239,6 +239,8 @@ def test_health_and_metrics(smol: Any, client: openai.OpenAI) -> None:
         "pask_tokens_per_second",
         "pask_measured_b_bucket",
         "pask_tagger_fallbacks_total",
+        "pask_ceiling_fallback_tokens_total",
+        "pask_shed_fallback_rows_total",
         'pask_requests_total{status="200"}',
     ):
         assert name in text, name

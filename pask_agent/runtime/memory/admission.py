@@ -224,6 +224,7 @@ class Reservations:
             self.shed_events += 1
             for d in shed(self.store, seq, short, spare[1] - grow[1]):
                 self.store.demote(seq, d.group, d.positions, d.action)
+                r.shed_rows += len(d.positions)
                 if d.action == Action.L:  # quantized rows came out of the spare low rows
                     r.demand_rows[1, d.group] += len(d.positions)
         r.demand_bytes = rows_bytes(r.demand_rows, self.costs)

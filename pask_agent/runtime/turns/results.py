@@ -43,6 +43,12 @@ class Usage:
     planned_b_prompt: float | None = None
     planned_b_decode: float | None = None
     floor_breach_bytes: int = 0
+    # Bytes moved after the plan, by the two mechanisms that do it: answer tokens the answer
+    # ceiling (policy/ceiling.py) stored INT4 where the table kept them BF16, and pool rows
+    # (one token in one layer group) the request shed when it outgrew its reservation with no
+    # rows left (runtime/memory/admission.py). Both are 0 when the plan held.
+    ceiling_fallback_tokens: int = 0
+    shed_fallback_rows: int = 0
 
     @property
     def measured_b_prompt(self) -> float:
@@ -133,3 +139,5 @@ class Finished:
     # [V] fp32 logits of each sampled token before any mask, when the request kept them
     step_logits: tuple[torch.Tensor, ...] | None = None
     stages: Any = None  # the session's StagePlan for this turn (policy/base.py), if it has one
+    ceiling_fallback_tokens: int = 0  # answer tokens the answer ceiling stored INT4, not BF16
+    shed_fallback_rows: int = 0  # pool rows (token x layer group) shedding demoted or released
