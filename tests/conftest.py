@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
@@ -25,6 +26,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (through transformers) before tests/kernels is collected: set it here, before anything.
 if os.environ.get("PASK_KERNEL_DEVICE", "cpu") != "cuda":
     os.environ["TRITON_INTERPRET"] = "1"
+# `make test` runs two pytest-xdist workers on the 2-core machine: each computes with its share
+# of the cores (two workers of two threads each would spin against each other). Set before
+# torch is imported, so the subprocesses the tests start inherit it too.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ["OMP_NUM_THREADS"] = str(max(1, _share))
 
 
 _SUITE_STARTED = time.monotonic()
@@ -47,19 +54,45 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     _RSS_GROWTH.append((_status_gib("VmRSS") - before, item.nodeid))
 
 
+def _own_figures() -> dict:
+    top = sorted(_RSS_GROWTH, reverse=True)[:8]
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    return {"hwm": _status_gib("VmHWM"), "child": child, "growth": top}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its peak and largest growths to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["pask_memory"] = json.dumps(_own_figures())
+
+
+_WORKER_FIGURES: list[dict] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    figures = getattr(node, "workeroutput", {}).get("pask_memory")
+    if figures:
+        _WORKER_FIGURES.append(json.loads(figures))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the suite's wall time and peak memory, so CI's log shows both against the suite's
-    limits (20 minutes, 10 GB on the 2-core CI machine). pytest's own peak is ``VmHWM``; for
-    subprocesses only ``ru_maxrss`` of the largest child exists, and Linux keeps a forked
-    child's inherited peak across exec, so that figure is an upper bound, not a measurement."""
-    own = _status_gib("VmHWM")
-    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    limits (20 minutes, 10 GB on the 2-core CI machine). A process's own peak is ``VmHWM``;
+    under xdist the workers' peaks are summed (an upper bound on the suite's: they need not
+    peak together). For subprocesses only ``ru_maxrss`` of the largest child exists, and Linux
+    keeps a forked child's inherited peak across exec, so that figure is an upper bound too."""
     minutes = (time.monotonic() - _SUITE_STARTED) / 60
+    workers = _WORKER_FIGURES or [_own_figures()]
+    peaks = " + ".join(f"{w['hwm']:.2f}" for w in workers)
+    child = max(w["child"] for w in workers)
     terminalreporter.write_line(
-        f"suite: {minutes:.1f} min wall, peak RSS {own:.2f} GiB (pytest); largest subprocess "
-        f"at most {child:.2f} GiB (ru_maxrss, which counts pages a fork inherited)"
+        f"suite: {minutes:.1f} min wall, peak RSS {sum(w['hwm'] for w in workers):.2f} GiB "
+        f"(pytest processes: {peaks}); largest subprocess at most {child:.2f} GiB (ru_maxrss, "
+        "which counts pages a fork inherited)"
     )
-    grew = sorted(_RSS_GROWTH, reverse=True)[:8]
+    grew = sorted((tuple(g) for w in workers for g in w["growth"]), reverse=True)[:8]
     terminalreporter.write_line(
         "largest RSS growth: " + ", ".join(f"{g:+.2f} GiB {n}" for g, n in grew if g >= 0.1)
     )
