@@ -31,7 +31,8 @@ import torch
 from torch import nn
 
 from pask_agent.kernels import cpu_attention, decode_attention
-from pask_agent.kernels.attention import PoolView, mixed_attention_cpu, mixed_attention_ref
+from pask_agent.kernels.attention import mixed_attention_cpu, mixed_attention_ref
+from pask_agent.kernels.attention_inputs import MixedKV, PoolView, QueryChunk
 from pask_agent.kernels.int4 import quantize_int4_ref
 from pask_agent.record.provenance import provenance
 from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
@@ -119,16 +120,14 @@ def _pools(seqs: int, high: int, low: int, n_qh: int, n_kvh: int, dim: int) -> d
         offsets = torch.arange(seqs + 1, dtype=torch.int64) * rows
         return PoolView(slots, offsets, torch.arange(rows).repeat(seqs))
 
+    q = torch.randn(seqs, n_qh, dim, generator=gen)
+    q_offsets = torch.arange(seqs + 1, dtype=torch.int64)
+    q_pos = torch.full((seqs,), high + low, dtype=torch.int64)
+    cur_k, cur_v = (torch.randn(seqs, *kv, generator=gen) for _ in range(2))
     return {
-        "q": torch.randn(seqs, n_qh, dim, generator=gen),
-        "q_offsets": torch.arange(seqs + 1, dtype=torch.int64),
-        "q_pos": torch.full((seqs,), high + low, dtype=torch.int64),
-        "cur_k": torch.randn(seqs, *kv, generator=gen),
-        "cur_v": torch.randn(seqs, *kv, generator=gen),
-        "high_k": high_k, "high_v": high_v, "high": view(high),
-        "low_k_codes": low_k, "low_v_codes": low_v,
-        "low_k_scales": low_ks, "low_v_scales": low_vs, "low": view(low),
-    }  # fmt: skip
+        "chunk": QueryChunk(q, q_offsets, q_pos, cur_k, cur_v),
+        "kv": MixedKV(high_k, high_v, view(high), low_k, low_v, low_ks, low_vs, view(low)),
+    }
 
 
 def time_attention(config: Any, repeats: int) -> list[dict[str, Any]]:

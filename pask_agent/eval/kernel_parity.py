@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from pask_agent.kernels.attention import PoolView, mixed_attention_ref, mixed_attention_triton
+from pask_agent.kernels.attention import mixed_attention_ref, mixed_attention_triton
+from pask_agent.kernels.attention_inputs import MixedKV, PoolView, QueryChunk
 from pask_agent.kernels.int4 import (
     dequantize_int4_ref,
     dequantize_int4_triton,
@@ -70,14 +71,7 @@ def _errors(got: torch.Tensor, want: torch.Tensor) -> dict[str, float]:
 
 def _on_cpu(inputs: dict[str, Any]) -> dict[str, Any]:
     """The same inputs on the CPU (offsets already are)."""
-    moved: dict[str, Any] = {}
-    for name, value in inputs.items():
-        if isinstance(value, PoolView):
-            value = PoolView(value.slots.cpu(), value.offsets, value.positions.cpu())
-        elif isinstance(value, torch.Tensor):
-            value = value.cpu()
-        moved[name] = value
-    return moved
+    return {**inputs, "chunk": inputs["chunk"].to("cpu"), "kv": inputs["kv"].to("cpu")}
 
 
 def int4_parity(
@@ -155,21 +149,21 @@ def attention_inputs(
     low_v_codes, low_v_scales = quantize_int4_ref(randn(n_low + spare, *kv).bfloat16())
     high_slots = torch.randperm(n_high + spare, generator=gen)[:n_high].to(device)
     low_slots = torch.randperm(n_low + spare, generator=gen)[:n_low].to(device)
+    # queries twice the keys' scale: a softmax that picks, not a near-uniform average
+    q = (randn(n_tok, heads.n_qh, heads.dim) * 2).bfloat16()
+    cur_k, cur_v = (randn(n_tok, *kv).bfloat16() for _ in range(2))
     return {
-        # queries twice the keys' scale: a softmax that picks, not a near-uniform average
-        "q": (randn(n_tok, heads.n_qh, heads.dim) * 2).bfloat16(),
-        "q_offsets": _offsets(q_lens),
-        "q_pos": torch.cat(q_pos).to(device),
-        "cur_k": randn(n_tok, *kv).bfloat16(),
-        "cur_v": randn(n_tok, *kv).bfloat16(),
-        "high_k": high_k,
-        "high_v": high_v,
-        "high": PoolView(high_slots, _offsets(high_lens), torch.cat(high_pos).to(device)),
-        "low_k_codes": low_k_codes,
-        "low_v_codes": low_v_codes,
-        "low_k_scales": low_k_scales,
-        "low_v_scales": low_v_scales,
-        "low": PoolView(low_slots, _offsets(low_lens), torch.cat(low_pos).to(device)),
+        "chunk": QueryChunk(q, _offsets(q_lens), torch.cat(q_pos).to(device), cur_k, cur_v),
+        "kv": MixedKV(
+            high_k,
+            high_v,
+            PoolView(high_slots, _offsets(high_lens), torch.cat(high_pos).to(device)),
+            low_k_codes,
+            low_v_codes,
+            low_k_scales,
+            low_v_scales,
+            PoolView(low_slots, _offsets(low_lens), torch.cat(low_pos).to(device)),
+        ),
         "scale": heads.dim**-0.5,
     }
 
@@ -206,8 +200,8 @@ def attention_parity(
         "layout": layout,
         "sequences": DECODE_SEQS + 1,
         "queries": DECODE_SEQS + chunk,
-        "high_rows": int(inputs["high"].slots.numel()),
-        "low_rows": int(inputs["low"].slots.numel()),
+        "high_rows": int(inputs["kv"].high.slots.numel()),
+        "low_rows": int(inputs["kv"].low.slots.numel()),
         "max_abs_err": errors["max_abs_err"],
         "rel_err": errors["rel_err"],
         "triton_ms": round(triton_ms, 4),

@@ -6,7 +6,9 @@ function (or ``backend="triton"``, or ``"auto"`` on CUDA) is first called.
 
 from pask_agent.kernels.attention import (
     KeyScores,
+    MixedKV,
     PoolView,
+    QueryChunk,
     mixed_attention,
     mixed_attention_ref,
     mixed_attention_triton,
@@ -24,7 +26,9 @@ from pask_agent.kernels.int4 import (
 __all__ = [
     "INT4_MAX",
     "KeyScores",
+    "MixedKV",
     "PoolView",
+    "QueryChunk",
     "dequantize_int4",
     "dequantize_int4_ref",
     "dequantize_int4_triton",

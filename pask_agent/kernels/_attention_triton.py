@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pask_agent.kernels.attention import PoolView
+from pask_agent.kernels.attention_inputs import MixedKV, QueryChunk
 
 BLOCK_N = 32  # keys per block
 
@@ -140,24 +140,9 @@ def _nonempty(t: torch.Tensor) -> torch.Tensor:
     return torch.zeros((1, *t.shape[1:]), dtype=t.dtype, device=t.device)
 
 
-def launch_mixed_attention(
-    q: torch.Tensor,
-    q_off: list[int],
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
-    *,
-    scale: float,
-) -> torch.Tensor:
-    """Launch the kernel on validated inputs (``q_off`` = query offsets as a list)."""
+def launch_mixed_attention(chunk: QueryChunk, kv: MixedKV, *, scale: float) -> torch.Tensor:
+    """Launch the kernel on a checked chunk and view: the one place they become flat arguments."""
+    q, q_pos, cur_k, cur_v = chunk.q, chunk.q_pos, chunk.cur_k, chunk.cur_v
     n_tok, n_qh, dim = q.shape
     n_kvh = cur_k.shape[1]
     group = n_qh // n_kvh
@@ -165,14 +150,16 @@ def launch_mixed_attention(
     out = torch.empty((n_tok, n_qh, dim), dtype=torch.float32, device=dev)
     if n_tok == 0:
         return out
+    q_off = chunk.bounds
     lengths = torch.tensor([b - a for a, b in zip(q_off, q_off[1:], strict=False)])
     q_seq = torch.repeat_interleave(torch.arange(len(lengths)), lengths).to(dev)
     q_offsets = torch.tensor(q_off, dtype=torch.int64).to(dev)
+    high, low = kv.high, kv.low
     h_off = high.offsets.to(device=dev, dtype=torch.int64)
     l_off = low.offsets.to(device=dev, dtype=torch.int64)
     tensors = [
-        high_k, high_v, high.slots, high.positions,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low.slots, low.positions,
+        kv.high_k, kv.high_v, high.slots, high.positions,
+        kv.low_k_codes, kv.low_v_codes, kv.low_k_scales, kv.low_v_scales, low.slots, low.positions,
     ]  # fmt: skip
     hk, hv, h_slot, h_pos, lkc, lvc, lks, lvs, l_slot, l_pos = [_nonempty(t) for t in tensors]
     n_bytes = (dim + 1) // 2

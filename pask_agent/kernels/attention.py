@@ -19,13 +19,21 @@ from collections.abc import Callable
 import torch
 
 from pask_agent.kernels import cpu_attention, decode_attention
-from pask_agent.kernels.attention_inputs import KeyScores, PoolView, check_attention_inputs
+from pask_agent.kernels.attention_inputs import (
+    KeyScores,
+    MixedKV,
+    PoolView,
+    QueryChunk,
+    check_attention_inputs,
+)
 from pask_agent.kernels.int4 import BACKENDS, unpack_int4_unchecked
 
 __all__ = [
     "LOW_BLOCK",
     "KeyScores",
+    "MixedKV",
     "PoolView",
+    "QueryChunk",
     "mixed_attention",
     "mixed_attention_cpu",
     "mixed_attention_ref",
@@ -80,19 +88,8 @@ def _key_mass(scores: torch.Tensor, state: _OnlineSoftmax) -> torch.Tensor:
 
 
 def mixed_attention_ref(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
     return_key_scores: bool = False,
@@ -108,20 +105,12 @@ def mixed_attention_ref(
 
     Parameters
     ----------
-    q : torch.Tensor
-        ``[T, Hq, D]`` queries of the B sequences concatenated (any float dtype).
-    q_offsets : torch.Tensor
-        ``[B + 1]`` int64 (CPU): sequence b owns tokens ``q_offsets[b]:q_offsets[b+1]``.
-    q_pos : torch.Tensor
-        ``[T]`` int64 absolute positions of the queries (and of the current keys).
-    cur_k, cur_v : torch.Tensor
-        ``[T, Hkv, D]`` the current chunk's keys/values, same token layout as ``q``.
-    high_k, high_v : torch.Tensor
-        ``[Nh, Hkv, D]`` bf16 pool storage; ``high`` selects each sequence's rows.
-    low_k_codes, low_v_codes : torch.Tensor
-        ``[Nl, Hkv, ceil(D/2)]`` uint8 packed INT4 (App. B.5).
-    low_k_scales, low_v_scales : torch.Tensor
-        ``[Nl, Hkv, 1]`` fp16 row scales; ``low`` selects each sequence's rows.
+    chunk : QueryChunk
+        ``[T, Hq, D]`` queries of the B sequences concatenated, their positions and their own
+        keys/values (the current chunk).
+    kv : MixedKV
+        One layer's stored rows: BF16 and packed INT4 (App. B.5) pools, and which rows each
+        sequence reads.
     scale : float
         Softmax temperature applied to ``q . k`` (usually ``D ** -0.5``).
     return_key_scores : bool
@@ -139,14 +128,13 @@ def mixed_attention_ref(
     Raises
     ------
     ValueError, TypeError
-        Inconsistent shapes, offsets or dtypes (the message names the argument).
+        ``chunk`` and ``kv`` do not belong together (the message names the field).
     """
-    q_off, h_off, l_off = check_attention_inputs(
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-    )  # fmt: skip
+    check_attention_inputs(chunk, kv)
+    q, q_pos, high, low = chunk.q, chunk.q_pos, kv.high, kv.low
+    q_off, h_off, l_off = chunk.bounds, kv.high_bounds, kv.low_bounds
     n_tok, n_qh, dim = q.shape
-    n_kvh = cur_k.shape[1]
+    n_kvh = chunk.cur_k.shape[1]
     group = n_qh // n_kvh
     out = torch.empty((n_tok, n_qh, dim), dtype=torch.float32, device=q.device)
     if return_key_scores:
@@ -161,17 +149,16 @@ def mixed_attention_ref(
     small = decode_attention.SMALL_QUERIES
     batched = [b for b in range(n_seq) if 0 < q_off[b + 1] - q_off[b] <= small]
     (small_queries or decode_attention.attend_small_queries)(
-        out, batched, (q_off, h_off, l_off), q, q_pos, cur_k, cur_v, high_k, high_v, high,
-        (low_k_codes, low_v_codes, low_k_scales, low_v_scales), low, scale=scale, masses=masses,
-    )  # fmt: skip
+        out, batched, chunk, kv, scale=scale, masses=masses
+    )
     looped = sorted(set(range(n_seq)) - set(batched))
-    cur_kf, cur_vf = cur_k.float(), cur_v.float()
+    cur_kf, cur_vf = chunk.cur_k.float(), chunk.cur_v.float()
     # the per-sequence gathers are hoisted only when every sequence goes through the loop
     hoist = not batched and high.slots.shape[0] + low.slots.shape[0] <= HOIST_ROWS
     if hoist:  # [Mh, Hkv, D] and [Ml, Hkv, D] fp32, sequence b's rows at its offsets
-        all_hk, all_hv = high_k[high.slots].float(), high_v[high.slots].float()
-        all_lk = unpack_int4_unchecked(low_k_codes[low.slots], low_k_scales[low.slots], dim)
-        all_lv = unpack_int4_unchecked(low_v_codes[low.slots], low_v_scales[low.slots], dim)
+        all_hk, all_hv = kv.high_k[high.slots].float(), kv.high_v[high.slots].float()
+        all_lk = unpack_int4_unchecked(kv.low_k_codes[low.slots], kv.low_k_scales[low.slots], dim)
+        all_lv = unpack_int4_unchecked(kv.low_v_codes[low.slots], kv.low_v_scales[low.slots], dim)
 
     for b in looped:
         t0, t1 = q_off[b], q_off[b + 1]
@@ -191,7 +178,7 @@ def mixed_attention_ref(
             hk, hv = all_hk[h0:h1], all_hv[h0:h1]
         else:
             idx = high.slots[h0:h1]
-            hk, hv = high_k[idx].float(), high_v[idx].float()
+            hk, hv = kv.high_k[idx].float(), kv.high_v[idx].float()
         k = torch.cat((hk, cur_kf[t0:t1])).transpose(0, 1)
         v = torch.cat((hv, cur_vf[t0:t1])).transpose(0, 1)
         k_pos = torch.cat((high.positions[h0:h1], q_pos[t0:t1]))
@@ -205,8 +192,8 @@ def mixed_attention_ref(
         if l1 > l0 and not hoist:
             # gather the packed bytes once (cheap: D/2 bytes a row), dequantize block by block
             idx = low.slots[l0:l1]
-            k_codes, k_scales = low_k_codes[idx], low_k_scales[idx]
-            v_codes, v_scales = low_v_codes[idx], low_v_scales[idx]
+            k_codes, k_scales = kv.low_k_codes[idx], kv.low_k_scales[idx]
+            v_codes, v_scales = kv.low_v_codes[idx], kv.low_v_scales[idx]
         for s0 in range(0, l1 - l0, LOW_BLOCK):
             s1 = min(s0 + LOW_BLOCK, l1 - l0)
             if hoist:
@@ -231,19 +218,8 @@ def mixed_attention_ref(
 
 
 def mixed_attention_cpu(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
 ) -> torch.Tensor:
@@ -257,26 +233,13 @@ def mixed_attention_cpu(
         The kernel could not be built here (``cpu_attention.native_status()`` says why).
     """
     return mixed_attention_ref(  # type: ignore[return-value]
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-        scale=scale, small_queries=cpu_attention.attend_small_queries_native,
-    )  # fmt: skip
+        chunk, kv, scale=scale, small_queries=cpu_attention.attend_small_queries_native
+    )
 
 
 def mixed_attention_triton(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
     return_key_scores: bool = False,
@@ -297,32 +260,15 @@ def mixed_attention_triton(
             "mixed_attention_triton does not return key scores; call mixed_attention_ref "
             "(or mixed_attention(..., backend='torch')) when a policy needs them"
         )
-    q_off, _, _ = check_attention_inputs(
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-    )  # fmt: skip
+    check_attention_inputs(chunk, kv)
     from pask_agent.kernels._attention_triton import launch_mixed_attention  # lazy: triton
 
-    return launch_mixed_attention(
-        q, q_off, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low, scale=scale,
-    )  # fmt: skip
+    return launch_mixed_attention(chunk, kv, scale=scale)
 
 
 def mixed_attention(
-    q: torch.Tensor,
-    q_offsets: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_k_codes: torch.Tensor,
-    low_v_codes: torch.Tensor,
-    low_k_scales: torch.Tensor,
-    low_v_scales: torch.Tensor,
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
     return_key_scores: bool = False,
@@ -339,16 +285,13 @@ def mixed_attention(
         raise ValueError(
             f"unknown kernel backend {backend!r}; valid backends: {list(ATTENTION_BACKENDS)}"
         )
-    args = (
-        q, q_offsets, q_pos, cur_k, cur_v, high_k, high_v, high,
-        low_k_codes, low_v_codes, low_k_scales, low_v_scales, low,
-    )  # fmt: skip
-    use_triton = backend == "triton" or (backend == "auto" and q.is_cuda and not return_key_scores)
+    on_cuda = chunk.q.is_cuda
+    use_triton = backend == "triton" or (backend == "auto" and on_cuda and not return_key_scores)
     if use_triton:
-        return mixed_attention_triton(*args, scale=scale, return_key_scores=return_key_scores)
+        return mixed_attention_triton(chunk, kv, scale=scale, return_key_scores=return_key_scores)
     native = backend == "native" or (
-        backend == "auto" and not q.is_cuda and cpu_attention.native_kernel() is not None
+        backend == "auto" and not on_cuda and cpu_attention.native_kernel() is not None
     )
     if native and not return_key_scores:
-        return mixed_attention_cpu(*args, scale=scale)
-    return mixed_attention_ref(*args, scale=scale, return_key_scores=return_key_scores)
+        return mixed_attention_cpu(chunk, kv, scale=scale)
+    return mixed_attention_ref(chunk, kv, scale=scale, return_key_scores=return_key_scores)

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from pask_agent.kernels import decode_attention
-from pask_agent.kernels.attention_inputs import PoolView
+from pask_agent.kernels.attention_inputs import MixedKV, QueryChunk
 
 __all__ = ["attend_small_queries_native", "native_kernel", "native_status"]
 
@@ -124,57 +124,48 @@ def _ptr(t: torch.Tensor) -> int:
 def attend_small_queries_native(
     out: torch.Tensor,
     seqs: list[int],
-    offsets: tuple[list[int], list[int], list[int]],
-    q: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_codes: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
     masses: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """``decode_attention.attend_small_queries`` through the C kernel (same arguments; the
-    caller checks ``native_kernel()`` first and keeps key scores on the torch path)."""
+    caller checks ``native_kernel()`` first and keeps key scores on the torch path). The one
+    place the chunk and the view become the kernel's flat pointers."""
     lib = native_kernel()
     if lib is None or masses is not None:
         raise RuntimeError(f"the native decode kernel is not usable here ({native_status()})")
     if not seqs:
         return
-    q_off, h_off, l_off = offsets
-    k_codes, v_codes, k_scales, v_scales = low_codes
-    pools = (high_k, high_v, k_codes, v_codes, k_scales, v_scales)
+    q, high, low = chunk.q, kv.high, kv.low
+    pools = (kv.high_k, kv.high_v, kv.low_k_codes, kv.low_v_codes, kv.low_k_scales, kv.low_v_scales)
     if q.shape[2] not in HEAD_DIMS or not all(p.is_contiguous() for p in pools):
         # other head sizes, or pools that are views with gaps (copying a whole pool per call
         # would cost more than it saves): the torch path
-        decode_attention.attend_small_queries(
-            out, seqs, offsets, q, q_pos, cur_k, cur_v, high_k, high_v, high, low_codes, low,
-            scale=scale,
-        )  # fmt: skip
+        decode_attention.attend_small_queries(out, seqs, chunk, kv, scale=scale)
         return
     keep = [
         q.float().contiguous(),
-        q_pos.contiguous(),
-        cur_k.float().contiguous(),
-        cur_v.float().contiguous(),
-        high_k.view(torch.int16),
-        high_v.view(torch.int16),
+        chunk.q_pos.contiguous(),
+        chunk.cur_k.float().contiguous(),
+        chunk.cur_v.float().contiguous(),
+        kv.high_k.view(torch.int16),
+        kv.high_v.view(torch.int16),
         high.slots.contiguous(),
         high.positions.contiguous(),
-        k_codes,
-        v_codes,
-        k_scales.view(torch.int16),
-        v_scales.view(torch.int16),
+        kv.low_k_codes,
+        kv.low_v_codes,
+        kv.low_k_scales.view(torch.int16),
+        kv.low_v_scales.view(torch.int16),
         low.slots.contiguous(),
         low.positions.contiguous(),
     ]
-    meta = [torch.tensor(x, dtype=torch.int64) for x in (seqs, q_off, h_off, l_off)]
+    q_off = chunk.bounds
+    bounds = (seqs, q_off, kv.high_bounds, kv.low_bounds)
+    meta = [torch.tensor(x, dtype=torch.int64) for x in bounds]
     n_qh, dim = q.shape[1], q.shape[2]
-    n_kvh = cur_k.shape[1]
+    n_kvh = chunk.cur_k.shape[1]
     longest = max(q_off[b + 1] - q_off[b] for b in seqs)
     rc = lib.pask_decode_attention(
         len(seqs), *(_ptr(t) for t in meta), *(_ptr(t) for t in keep), _ptr(out),

@@ -17,11 +17,12 @@ carry it too (they see every key and their output is dropped).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from pask_agent.kernels.attention_inputs import PoolView
+from pask_agent.kernels.attention_inputs import MixedKV, QueryChunk
 from pask_agent.kernels.int4 import unpack_int4_unchecked
 
 __all__ = ["BATCH_ROWS", "SMALL_QUERIES", "attend_small_queries"]
@@ -38,7 +39,7 @@ PAD_POSITION = torch.iinfo(torch.int64).max
 
 
 def _padded(
-    offsets: list[int], seqs: list[int], device: torch.device
+    offsets: Sequence[int], seqs: list[int], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``[S, C]`` indices into a flat per-sequence layout, and ``[S, C]`` validity, on
     ``device`` (where the tensors they index live: a GPU when the reference runs there)."""
@@ -99,7 +100,7 @@ class _Part:
         return torch.stack((torch.matmul(p, lo), torch.matmul(p, hi)), dim=-1).flatten(-2)
 
 
-def _batches(seqs: list[int], h_off: list[int], l_off: list[int]) -> list[list[int]]:
+def _batches(seqs: list[int], h_off: Sequence[int], l_off: Sequence[int]) -> list[list[int]]:
     """``seqs`` in order, cut so that sequences × longest history stays within BATCH_ROWS."""
     out: list[list[int]] = []
     widest = 0
@@ -117,16 +118,8 @@ def _batches(seqs: list[int], h_off: list[int], l_off: list[int]) -> list[list[i
 def attend_small_queries(
     out: torch.Tensor,
     seqs: list[int],
-    offsets: tuple[list[int], list[int], list[int]],
-    q: torch.Tensor,
-    q_pos: torch.Tensor,
-    cur_k: torch.Tensor,
-    cur_v: torch.Tensor,
-    high_k: torch.Tensor,
-    high_v: torch.Tensor,
-    high: PoolView,
-    low_codes: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
-    low: PoolView,
+    chunk: QueryChunk,
+    kv: MixedKV,
     *,
     scale: float,
     masses: dict[str, torch.Tensor] | None = None,
@@ -134,14 +127,15 @@ def attend_small_queries(
     """Write into ``out [T, Hq, D]`` the attention of sequences ``seqs`` (each with at least
     one and at most a few queries), in batches of at most ``BATCH_ROWS`` padded pool rows.
 
-    ``offsets`` are the validated query, high and low offsets; ``low_codes`` is
-    ``(k_codes, v_codes, k_scales, v_scales)``. ``masses``, when given, maps "high", "low"
-    and "cur" to the ``KeyScores`` tensors to fill for these sequences' keys. Arguments
-    otherwise as in ``mixed_attention_ref``, whose output this matches to fp32 rounding.
+    ``chunk`` and ``kv`` are checked together by the caller. ``masses``, when given, maps
+    "high", "low" and "cur" to the ``KeyScores`` tensors to fill for these sequences' keys.
+    Arguments otherwise as in ``mixed_attention_ref``, whose output this matches to fp32
+    rounding.
     """
-    q_off, h_off, l_off = offsets
+    q, q_pos, high, low = chunk.q, chunk.q_pos, kv.high, kv.low
+    q_off, h_off, l_off = chunk.bounds, kv.high_bounds, kv.low_bounds
     n_qh, dim = q.shape[1], q.shape[2]
-    n_kvh = cur_k.shape[1]
+    n_kvh = chunk.cur_k.shape[1]
     group = n_qh // n_kvh
     for batch in _batches(seqs, h_off, l_off):
         # queries: [Hkv, S, R, D] with row r = g * Tq + t, padding rows at PAD_POSITION
@@ -152,37 +146,37 @@ def attend_small_queries(
         t_pos = torch.where(t_valid, q_pos[t_idx], PAD_POSITION)
         row_pos = t_pos.repeat(1, group)  # [S, R]
 
-        ck, cv = (_rows(x, t_idx).float() for x in (cur_k, cur_v))  # [Hkv, S, Tq, D]
+        ck, cv = (_rows(x, t_idx).float() for x in (chunk.cur_k, chunk.cur_v))  # [Hkv, S, Tq, D]
         parts = [_Part("cur", _scores(qg, ck, scale, t_pos, row_pos), cv, None, t_idx, t_valid)]
 
         h_idx, h_valid = _padded(h_off, batch, q.device)
         if h_idx.shape[1]:
             slots = high.slots[h_idx]
             key_pos = torch.where(h_valid, high.positions[h_idx], PAD_POSITION)
-            hk, hv = (_rows(x, slots).float() for x in (high_k, high_v))
+            hk, hv = (_rows(x, slots).float() for x in (kv.high_k, kv.high_v))
             parts.append(
                 _Part("high", _scores(qg, hk, scale, key_pos, row_pos), hv, None, h_idx, h_valid)
             )
 
         l_idx, l_valid = _padded(l_off, batch, q.device)
         if l_idx.shape[1]:
-            k_codes, v_codes, k_scales, v_scales = low_codes
             slots = low.slots[l_idx]
             key_pos = torch.where(l_valid, low.positions[l_idx], PAD_POSITION)
             k_scale, v_scale = (
-                _rows(x, slots).float().squeeze(-1)[:, :, None, :] for x in (k_scales, v_scales)
+                _rows(x, slots).float().squeeze(-1)[:, :, None, :]
+                for x in (kv.low_k_scales, kv.low_v_scales)
             )  # [Hkv, S, 1, C]
             if dim % 2 == 0:
-                lo, hi = _split_nibbles(_rows(k_codes, slots))  # [Hkv, S, C, D/2] each
+                lo, hi = _split_nibbles(_rows(kv.low_k_codes, slots))  # [Hkv, S, C, D/2] each
                 q_even, q_odd = qg[..., 0::2].contiguous(), qg[..., 1::2].contiguous()
                 raw = torch.matmul(q_even, lo.transpose(-1, -2))
                 raw = raw + torch.matmul(q_odd, hi.transpose(-1, -2))
-                lv = _rows(v_codes, slots)
+                lv = _rows(kv.low_v_codes, slots)
             else:  # odd head dim: the last byte holds one value, unpack the ordinary way
                 unit = torch.ones((), device=q.device)
-                lk = unpack_int4_unchecked(_rows(k_codes, slots), unit, dim)
+                lk = unpack_int4_unchecked(_rows(kv.low_k_codes, slots), unit, dim)
                 raw = torch.matmul(qg, lk.transpose(-1, -2))
-                lv = unpack_int4_unchecked(_rows(v_codes, slots), unit, dim)
+                lv = unpack_int4_unchecked(_rows(kv.low_v_codes, slots), unit, dim)
             scores = _masked(raw * (k_scale * scale), key_pos, row_pos)
             parts.append(_Part("low", scores, lv, v_scale, l_idx, l_valid))
 

@@ -20,6 +20,7 @@ from pask_agent.kernels.attention import (
     mixed_attention_ref,
     mixed_attention_triton,
 )
+from pask_agent.kernels.attention_inputs import MixedKV, QueryChunk
 from pask_agent.kernels.int4 import dequantize_int4_ref, quantize_int4_ref
 
 if TYPE_CHECKING:
@@ -93,35 +94,18 @@ def build_inputs(case: Case, seed: int = 0) -> dict[str, object]:
     q = torch.randn(n_t, case.n_qh, case.dim, generator=gen)
     if case.strided_q:  # same values, non-contiguous layout [T, Hq, D] with head stride 1
         q = q.transpose(1, 2).contiguous().transpose(1, 2)
-    return {
-        "q": q.to(case.q_dtype),
-        "q_offsets": _offsets(case.q_lens),
-        "q_pos": torch.cat(q_pos).to(torch.int64),
-        "cur_k": torch.randn(n_t, *kv, generator=gen).to(case.q_dtype),
-        "cur_v": torch.randn(n_t, *kv, generator=gen).to(case.q_dtype),
-        "high_k": high_k,
-        "high_v": high_v,
-        "high": PoolView(high_slots, _offsets(case.high_lens), torch.cat(high_pos).long()),
-        "low_k_codes": low_k_codes,
-        "low_v_codes": low_v_codes,
-        "low_k_scales": low_k_scales,
-        "low_v_scales": low_v_scales,
-        "low": PoolView(low_slots, _offsets(case.low_lens), torch.cat(low_pos).long()),
-    }
+    cur_k, cur_v = (torch.randn(n_t, *kv, generator=gen).to(case.q_dtype) for _ in range(2))
+    q_offsets, q_pos = _offsets(case.q_lens), torch.cat(q_pos).to(torch.int64)
+    chunk = QueryChunk(q.to(case.q_dtype), q_offsets, q_pos, cur_k, cur_v)
+    high = PoolView(high_slots, _offsets(case.high_lens), torch.cat(high_pos).long())
+    low = PoolView(low_slots, _offsets(case.low_lens), torch.cat(low_pos).long())
+    codes = (low_k_codes, low_v_codes, low_k_scales, low_v_scales)
+    return {"chunk": chunk, "kv": MixedKV(high_k, high_v, high, *codes, low)}
 
 
 def _on(inputs: dict[str, object], device: str) -> dict[str, object]:
     """Move every tensor but the offsets (which stay on the CPU) to ``device``."""
-    moved: dict[str, object] = {}
-    for name, value in inputs.items():
-        if isinstance(value, PoolView):
-            value = replace(
-                value, slots=value.slots.to(device), positions=value.positions.to(device)
-            )
-        elif isinstance(value, torch.Tensor) and name != "q_offsets":
-            value = value.to(device)
-        moved[name] = value
-    return moved
+    return {"chunk": inputs["chunk"].to(device), "kv": inputs["kv"].to(device)}
 
 
 def dense_attention(inputs: dict[str, object], scale: float) -> tuple[torch.Tensor, list]:
@@ -130,20 +114,21 @@ def dense_attention(inputs: dict[str, object], scale: float) -> tuple[torch.Tens
     Returns the output ``[T, Hq, D]`` and, per query token, ``(probs [Hq, K], key_ids)`` with
     key ids ``("high" | "low" | "cur", index into that part's slots / tokens)``.
     """
-    q, q_pos = inputs["q"].float(), inputs["q_pos"]
-    high, low = inputs["high"], inputs["low"]
+    chunk, kv = inputs["chunk"], inputs["kv"]
+    q, q_pos = chunk.q.float(), chunk.q_pos
+    high, low = kv.high, kv.low
     dim = q.shape[-1]
-    low_k = dequantize_int4_ref(inputs["low_k_codes"], inputs["low_k_scales"], dim)
-    low_v = dequantize_int4_ref(inputs["low_v_codes"], inputs["low_v_scales"], dim)
-    group = q.shape[1] // inputs["cur_k"].shape[1]
+    low_k = dequantize_int4_ref(kv.low_k_codes, kv.low_k_scales, dim)
+    low_v = dequantize_int4_ref(kv.low_v_codes, kv.low_v_scales, dim)
+    group = q.shape[1] // chunk.cur_k.shape[1]
     out = torch.empty(q.shape)
     probs_per_token = []
-    q_off, h_off, l_off = (x.tolist() for x in (inputs["q_offsets"], high.offsets, low.offsets))
+    q_off, h_off, l_off = (x.tolist() for x in (chunk.q_offsets, high.offsets, low.offsets))
     for b in range(len(q_off) - 1):
         keys, values, positions, ids = [], [], [], []
         for i in range(h_off[b], h_off[b + 1]):
-            keys.append(inputs["high_k"][high.slots[i]].float())
-            values.append(inputs["high_v"][high.slots[i]].float())
+            keys.append(kv.high_k[high.slots[i]].float())
+            values.append(kv.high_v[high.slots[i]].float())
             positions.append(int(high.positions[i]))
             ids.append(("high", i))
         for i in range(l_off[b], l_off[b + 1]):
@@ -152,8 +137,8 @@ def dense_attention(inputs: dict[str, object], scale: float) -> tuple[torch.Tens
             positions.append(int(low.positions[i]))
             ids.append(("low", i))
         for i in range(q_off[b], q_off[b + 1]):
-            keys.append(inputs["cur_k"][i].float())
-            values.append(inputs["cur_v"][i].float())
+            keys.append(chunk.cur_k[i].float())
+            values.append(chunk.cur_v[i].float())
             positions.append(int(q_pos[i]))
             ids.append(("cur", i))
         k, v = torch.stack(keys), torch.stack(values)  # [K, Hkv, D]
@@ -225,14 +210,15 @@ def test_key_scores_are_probability_mass(name: str) -> None:
     out, scores = mixed_attention_ref(**inputs, scale=0.3, return_key_scores=True)
     assert isinstance(scores, KeyScores)
     assert torch.equal(out, mixed_attention_ref(**inputs, scale=0.3))
-    high, low, n_kvh = inputs["high"], inputs["low"], case.n_kvh
+    high, low, n_kvh = inputs["kv"].high, inputs["kv"].low, case.n_kvh
     assert scores.high.shape == (high.slots.shape[0], n_kvh)
     assert scores.low.shape == (low.slots.shape[0], n_kvh)
     assert scores.cur.shape == (sum(case.q_lens), n_kvh)
 
     # per sequence and KV head: the probabilities of each query head sum to 1
     group = case.n_qh // n_kvh
-    q_off, h_off, l_off = (x.tolist() for x in (inputs["q_offsets"], high.offsets, low.offsets))
+    q_offsets = inputs["chunk"].q_offsets
+    q_off, h_off, l_off = (x.tolist() for x in (q_offsets, high.offsets, low.offsets))
     for b in range(len(q_off) - 1):
         total = (
             scores.high[h_off[b] : h_off[b + 1]].sum(0)
@@ -284,23 +270,29 @@ def test_bad_inputs_raise_value_errors(impl: KernelImpl) -> None:
     inputs = _on(build_inputs(CASES["odd_dim_33_b2"], seed=4), impl.device)
 
     def call(**changes: object) -> None:
-        impl.attention(**{**inputs, **changes}, scale=0.2)
+        """Attend with some fields of the chunk or the view replaced (each checked when built,
+        the two together when attended)."""
+        chunk, kv = inputs["chunk"], inputs["kv"]
+        on_chunk = {k: v for k, v in changes.items() if k in QueryChunk.__dataclass_fields__}
+        on_kv = {k: v for k, v in changes.items() if k not in on_chunk}
+        impl.attention(replace(chunk, **on_chunk), replace(kv, **on_kv), scale=0.2)
 
+    chunk, kv = inputs["chunk"], inputs["kv"]
     with pytest.raises(ValueError, match="multiple of KV heads"):
-        call(q=inputs["q"][:, :5])
+        call(q=chunk.q[:, :5])
     with pytest.raises(ValueError, match="q_offsets must start at 0 and end at 4"):
         call(q_offsets=torch.tensor([0, 3, 5]))
     with pytest.raises(ValueError, match="non-decreasing"):
         call(q_offsets=torch.tensor([0, 4, 3, 4]))
     with pytest.raises(ValueError, match="low.offsets describes 1 sequences"):
-        n_low = inputs["low"].slots.shape[0]
-        call(low=replace(inputs["low"], offsets=torch.tensor([0, n_low])))
+        n_low = kv.low.slots.shape[0]
+        call(low=replace(kv.low, offsets=torch.tensor([0, n_low])))
     with pytest.raises(ValueError, match="low_k_codes must have shape"):
-        call(low_k_codes=inputs["low_k_codes"][..., :-1])
+        call(low_k_codes=kv.low_k_codes[..., :-1])
     with pytest.raises(ValueError, match="high.positions has"):
-        call(high=replace(inputs["high"], positions=inputs["high"].positions[:-1]))
+        call(high=replace(kv.high, positions=kv.high.positions[:-1]))
     with pytest.raises(TypeError, match="uint8"):
-        call(low_v_codes=inputs["low_v_codes"].to(torch.int16))
+        call(low_v_codes=kv.low_v_codes.to(torch.int16))
 
 
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))

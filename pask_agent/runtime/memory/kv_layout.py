@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from pask_agent.errors import KVStoreError
-from pask_agent.kernels.attention import PoolView
+from pask_agent.kernels.attention import PoolView, QueryChunk
 from pask_agent.policy.actions import LayerGroups
 
 
@@ -101,6 +101,11 @@ class StepBatch:
     @property
     def num_tokens(self) -> int:
         return int(self.positions.numel())
+
+    def chunk(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> QueryChunk:
+        """One layer's queries ``[T, Hq, D]`` and new keys/values ``[T, Hkv, D]`` of this step,
+        as the attention backends take them."""
+        return QueryChunk(q, self.q_offsets, self.positions, k, v)
 
     def last_token_rows(self) -> torch.Tensor:
         """[B] row of each sequence's last token in the packed axis (where logits are needed)."""

@@ -23,7 +23,13 @@ import numpy as np
 import torch
 
 from pask_agent.errors import KVStoreError
-from pask_agent.kernels.attention import KeyScores, PoolView, mixed_attention
+from pask_agent.kernels.attention import (
+    KeyScores,
+    MixedKV,
+    PoolView,
+    QueryChunk,
+    mixed_attention,
+)
 from pask_agent.kernels.int4 import quantize_int4
 from pask_agent.policy.actions import LayerGroups
 from pask_agent.runtime.memory.kv_layout import GroupWrite, KVLayout
@@ -198,25 +204,23 @@ class KVPools:
     def attend(
         self,
         layer: int,
-        q_offsets: torch.Tensor,
-        positions: torch.Tensor,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        chunk: QueryChunk,
         high: PoolView,
         low: PoolView,
         *,
         scale: float,
         return_key_scores: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, KeyScores]:
-        """Mixed-precision attention of queries ``[T, Hq, D]`` over one layer's rows that
-        ``high``/``low`` select, plus the chunk's own ``k``/``v`` (``kernels/attention.py``)."""
-        return mixed_attention(
-            q, q_offsets, positions, k, v,
+        """Mixed-precision attention of ``chunk``'s queries over one layer's rows that
+        ``high``/``low`` select, plus the chunk's own keys (``kernels/attention.py``): the one
+        place a layer's pools become the backends' ``MixedKV`` view."""
+        kv = MixedKV(
             self.high_k[layer], self.high_v[layer], high,
             self.low_k[layer], self.low_v[layer], self.low_ks[layer], self.low_vs[layer], low,
-            scale=scale, return_key_scores=return_key_scores, backend=self.backend,
         )  # fmt: skip
+        return mixed_attention(
+            chunk, kv, scale=scale, return_key_scores=return_key_scores, backend=self.backend
+        )
 
     def allocated_bytes(self) -> int:
         """Bytes of the preallocated buffer (the capacity, free rows included)."""

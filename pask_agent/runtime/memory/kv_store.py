@@ -279,9 +279,8 @@ class KVStore:
     ) -> torch.Tensor:
         """Attention of this step's queries ``[T, Hq, D]`` over stored keys ∪ this chunk."""
         g = self._group_of_layer[layer]
-        result = self.pools.attend(layer, step.q_offsets, step.positions, q, k, v,
-                                   step.high[g], step.low[g], scale=scale,
-                                   return_key_scores=step.want_scores)  # fmt: skip
+        result = self.pools.attend(layer, step.chunk(q, k, v), step.high[g], step.low[g],
+                                   scale=scale, return_key_scores=step.want_scores)  # fmt: skip
         if step.want_scores:
             out, scores = result
             self.key_scores.add(
