@@ -116,9 +116,10 @@ def mixed_attention_ref(
     return_key_scores : bool
         Also return :class:`KeyScores` (attention mass per key).
     small_queries : callable, optional
-        How the decode-sized sequences are attended, with the signature of
-        ``decode_attention.attend_small_queries`` (the default); ``mixed_attention_cpu`` passes
-        the compiled kernel's.
+        How the decode-sized sequences are attended when no key scores are asked for, called
+        as ``small_queries(out, seqs, chunk, kv, scale=scale)``; ``mixed_attention_cpu`` passes
+        the compiled kernel's. The default, and the path whenever key scores are asked for, is
+        ``decode_attention.attend_small_queries``.
 
     Returns
     -------
@@ -148,9 +149,10 @@ def mixed_attention_ref(
     # sequences with a few queries (decode steps): one padded batch for all of them
     small = decode_attention.SMALL_QUERIES
     batched = [b for b in range(n_seq) if 0 < q_off[b + 1] - q_off[b] <= small]
-    (small_queries or decode_attention.attend_small_queries)(
-        out, batched, chunk, kv, scale=scale, masses=masses
-    )
+    if small_queries is not None and masses is None:
+        small_queries(out, batched, chunk, kv, scale=scale)
+    else:
+        decode_attention.attend_small_queries(out, batched, chunk, kv, scale=scale, masses=masses)
     looped = sorted(set(range(n_seq)) - set(batched))
     cur_kf, cur_vf = chunk.cur_k.float(), chunk.cur_v.float()
     # the per-sequence gathers are hoisted only when every sequence goes through the loop

@@ -128,13 +128,12 @@ def attend_small_queries_native(
     kv: MixedKV,
     *,
     scale: float,
-    masses: dict[str, torch.Tensor] | None = None,
 ) -> None:
-    """``decode_attention.attend_small_queries`` through the C kernel (same arguments; the
+    """``decode_attention.attend_small_queries`` through the C kernel, without key scores (the
     caller checks ``native_kernel()`` first and keeps key scores on the torch path). The one
     place the chunk and the view become the kernel's flat pointers."""
     lib = native_kernel()
-    if lib is None or masses is not None:
+    if lib is None:
         raise RuntimeError(f"the native decode kernel is not usable here ({native_status()})")
     if not seqs:
         return
