@@ -295,6 +295,39 @@ def test_bad_inputs_raise_value_errors(impl: KernelImpl) -> None:
         call(low_v_codes=kv.low_v_codes.to(torch.int16))
 
 
+def test_chunk_and_view_reject_inconsistent_shapes_when_built() -> None:
+    """A ``QueryChunk`` and a ``MixedKV`` check themselves when built, so the KV store's view
+    fails where it is made, naming the field; a chunk and a view that do not belong together
+    (other head dim or KV heads) fail when attended, on every backend alike. The kernels import
+    nothing of ours, so these are ValueError and TypeError rather than a ``PaskError``."""
+    chunk, kv = build_inputs(CASES["odd_dim_33_b2"], seed=7).values()
+    with pytest.raises(ValueError, match=r"high_v must have shape \(11, 2, 33\)"):
+        replace(kv, high_v=kv.high_v[:, :1])
+    with pytest.raises(ValueError, match="low_v_scales must have shape"):
+        replace(kv, low_v_scales=kv.low_v_scales[:-1])
+    with pytest.raises(ValueError, match="low_k_codes must have shape"):
+        replace(kv, low_k_codes=kv.low_k_codes[:, :, :-1])  # 16 bytes hold 32 elements, not 33
+    with pytest.raises(TypeError, match="high_k must be floating point"):
+        replace(kv, high_k=kv.high_k.to(torch.int16))
+    with pytest.raises(TypeError, match="low must be a PoolView"):
+        replace(kv, low=(kv.low.slots, kv.low.offsets, kv.low.positions))
+    with pytest.raises(ValueError, match="low.offsets must start at 0 and end at 11"):
+        replace(kv, low=replace(kv.low, offsets=torch.tensor([0, 5, 10])))
+    with pytest.raises(ValueError, match="cur_v must have shape"):
+        replace(chunk, cur_v=chunk.cur_v[:-1])
+    with pytest.raises(ValueError, match="q_pos has 3 entries, expected 4"):
+        replace(chunk, q_pos=chunk.q_pos[:-1])
+    # each is fine alone, but they do not belong together
+    other = build_inputs(replace(CASES["odd_dim_33_b2"], dim=32), seed=7)["kv"]
+    with pytest.raises(ValueError, match=r"high_k must have shape \('N', 2, 33\)"):
+        mixed_attention(chunk, other, scale=0.2)
+    with pytest.raises(TypeError, match="kv must be a MixedKV"):
+        mixed_attention(chunk, chunk, scale=0.2)  # type: ignore[arg-type]
+    # moving keeps what was read once: the offsets as Python ints
+    assert kv.to("cpu").low_bounds == kv.low_bounds == (0, 5, 11)
+    assert chunk.to("cpu").bounds == chunk.bounds == (0, 3, 4)
+
+
 @pytest.mark.parametrize("name", list(CASES), ids=list(CASES))
 @pytest.mark.parametrize("batch_rows", [1 << 15, 8], ids=["one_batch", "split_batches"])
 def test_decode_batches_match_the_per_sequence_loop(
