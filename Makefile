@@ -22,8 +22,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m pask_agent.demo
 
+# Two pytest-xdist workers, one per core, each computing with one thread (tests/conftest.py);
+# a test file stays on one worker, so its module fixtures load once.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -n 2 --dist loadfile -q -p no:cacheprovider --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check pask_agent tests recipes

@@ -23,15 +23,11 @@ Ray actors (``--ray``).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +40,13 @@ from pask_agent.calibration.frontier import (
 )
 from pask_agent.calibration.inputs import (
     Checkpoint,
-    count_lines,
-    file_digest,
     load_traces,
     model_vocab_size,
+    run_fingerprint,
+    run_record,
 )
 from pask_agent.calibration.measure import TraceMeasurement
-from pask_agent.calibration.replay import ReplayedTrace, TraceReplayer
+from pask_agent.calibration.replay import TraceReplayer
 from pask_agent.calibration.report import write_report
 from pask_agent.calibration.runner import TaskRunner
 from pask_agent.calibration.selection import (
@@ -63,13 +59,13 @@ from pask_agent.calibration.selection import (
     prefill_choice,
     prompt_candidates,
     realized_prompt_budgets,
+    selection_prompt_budgets,
     sensitivity_json,
 )
-from pask_agent.calibration.table_build import assemble_table, mismatch_report
+from pask_agent.calibration.table_build import PromptChoice, assemble_table, mismatch_report
 from pask_agent.calibration.worker import PrefillCandidates, WorkerSpec
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.tags import SPAN_LABELS
-from pask_agent.policy.stages import solve_stage_budgets
 from pask_agent.record.traces import Trace
 from pask_agent.runtime.models.identity import model_identity
 
@@ -82,7 +78,8 @@ class CalibrationConfig:
     dev: tuple[Path, ...]
     out: Path
     model: str = "default"
-    budget: float | None = None  # target total B; None: stage budgets by α alone
+    # target total B, or several (one prompt plan each); None: stage budgets by α alone
+    budget: float | tuple[float, ...] | None = None
     alpha_decode: float = 0.05
     alpha_prefill: float = 0.02
     beta: float = 0.8
@@ -99,6 +96,13 @@ class CalibrationConfig:
     continue_calls_at: float | None = 0.01
     command: str = ""
     progress: bool = True
+
+    def budgets(self) -> tuple[float, ...]:
+        """The target budgets, increasing (empty: none)."""
+        if self.budget is None:
+            return ()
+        given = (self.budget,) if isinstance(self.budget, int | float) else self.budget
+        return tuple(sorted(set(given)))
 
     def checkpoint_path(self) -> Path:
         return self.checkpoint or self.out.with_name(self.out.name + ".checkpoint.jsonl")
@@ -127,8 +131,10 @@ def check_config(config: CalibrationConfig) -> None:
     TraceError
         A trace file that is missing, empty or malformed (checked in :func:`load_traces`).
     """
-    if config.budget is not None and not 0 < config.budget <= 1:
-        raise ConfigError(f"--budget {config.budget} must lie in (0, 1]")
+    if config.budget is not None and (
+        not config.budgets() or not all(0 < b <= 1 for b in config.budgets())
+    ):
+        raise ConfigError(f"--budget {config.budget} must be one or more values in (0, 1]")
     if not config.traces:
         raise ConfigError("no calibration traces: pass --traces FILE (record them first)")
     if not config.dev:
@@ -181,7 +187,7 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     dev_replayed = [replayer.replay(t, where=w) for w, t in dev]
     expected = round(float(np.mean([r.output_len for r in dev_replayed])), 2)  # as the table
     keys = DecodeKeys.choose([r for r in cal_replayed if r.ok])
-    fingerprint = _fingerprint(config, cal, dev, keys)
+    fingerprint = run_fingerprint(config, cal, dev, keys)
     checkpoint = Checkpoint(config.checkpoint_path(), fingerprint)
     with TaskRunner(spec, workers=config.workers, ray=config.ray) as runner:
         costs, dims = runner.costs(), runner.dims()
@@ -206,14 +212,17 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         decode_errors = weights @ flips
         chosen = cheapest_within(candidates, decode_errors, config.alpha_decode)
         b_d = min(1.0, round(chosen.cost + 5e-5, 4))  # rounded up: the ledger never starves it
-        # ---- 3. prompt candidates (decode all H), at the runtime's own B_P
+        # ---- 3. prompt candidates (decode all H), at the runtime's own B_P for each budget:
+        # one replay of each development trace evaluates every candidate at every budget
         pairs = prompt_candidates(pre, costs)
-        if config.budget is not None:
-            levels = (config.budget,)
-            b_ps = selection_prompt_budgets(
-                dev_replayed, config.budget, b_d, expected, config, costs.int4_share
-            )
-            per_trace = {w: [b_p] for (w, _), b_p in zip(dev, b_ps, strict=True)}
+        budgets = config.budgets()
+        if budgets:
+            levels = budgets
+            b_ps = [
+                selection_prompt_budgets(dev_replayed, b, b_d, expected, config, costs.int4_share)
+                for b in budgets
+            ]
+            per_trace = {w: [bp[i] for bp in b_ps] for i, (w, _) in enumerate(dev)}
         else:
             levels = config.prefill_levels
             per_trace = {w: list(levels) for w, _ in dev}
@@ -230,25 +239,35 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
     realized, targets = realized_prompt_budgets(
         rows, prefill, dev_replayed, [per_trace[w] for w, _ in dev], costs, config
     )
-    pair_index, level_index = prefill_choice(
-        rows, prefill_errors, realized, targets, config.alpha_prefill, config.budget is not None,
-        [pairs[p].order != "distortion" for p, _ in rows],
-    )  # fmt: skip
-    if config.budget is not None:
-        b_p = float(np.mean([per_trace[w][0] for w, _ in dev]))
-    else:
-        b_p = float(levels[level_index])
-    prefill_floors, priority = pairs[pair_index].floors, pairs[pair_index].priority
+    alternative = np.array([pairs[p].order != "distortion" for p, _ in rows])
+    chosen_rows: list[int] = []
+    prompt: list[PromptChoice] = []
+    for lv in range(len(levels)) if budgets else [None]:
+        idx = [i for i, (_, r) in enumerate(rows) if lv is None or r == lv]
+        pair_index, level_index = prefill_choice(
+            [rows[i] for i in idx], prefill_errors[idx], realized[idx], targets[idx],
+            config.alpha_prefill, bool(budgets), list(alternative[idx]),
+        )  # fmt: skip
+        chosen_rows.append(rows.index((pair_index, level_index)))
+        picked = pairs[pair_index]
+        b_p = np.mean([per_trace[w][level_index] for w, _ in dev]) if budgets else None
+        prompt.append(
+            PromptChoice(
+                budgets[level_index] if budgets else None,
+                float(levels[level_index] if b_p is None else b_p),
+                picked.floors,
+                picked.priority,
+                f"tau={picked.pair[0]:g}/{picked.pair[1]:g} {picked.order} order",
+            )
+        )
+    b_p = prompt[-1].budget_prefill
     # ---- 4. reserve from the reference deficits under the chosen decode floors
     answers = [floor_costs(r, keys, chosen.floors, costs) for r in cal_replayed + dev_replayed]
-    budgets = sorted({0.25, 0.33, 0.5, 0.75, 1.0, b_d})
-    reserve = fit_reserve(answers, budgets, beta=config.beta, horizon=config.horizon)
+    reserve_rows = sorted({0.25, 0.33, 0.5, 0.75, 1.0, b_d})
+    reserve = fit_reserve(answers, reserve_rows, beta=config.beta, horizon=config.horizon)
     wall = checkpoint.prior_seconds + time.perf_counter() - started
-    record = _record(config, wall)
+    record = run_record(config, wall)
     record["runs"] = checkpoint.prior_runs + 1
-    picked = pairs[pair_index]
-    table_record = {**record, "prefill_choice": f"tau={picked.pair[0]:g}/{picked.pair[1]:g} "
-                    f"{picked.order} order"}  # fmt: skip
     table = assemble_table(
         model_name=config.model,
         tokenizer=tokenizer,
@@ -258,15 +277,12 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
         decode=dec,
         chosen=chosen,
         prefill=pre,
-        prefill_floors=prefill_floors,
-        priority=priority,
+        prompt=prompt,
         reserve=reserve,
         budget_decode=b_d,
-        budget_prefill=round(b_p, 4),
-        budget_total=config.budget,
         expected_output_tokens=expected,
         config=config,
-        record=table_record,
+        record=record,
     )
     table.save(config.out)
     report = {
@@ -294,66 +310,23 @@ def calibrate(config: CalibrationConfig) -> CalibrationResult:
             }
             for i, (p, lv) in enumerate(rows)
         ],
-        "prefill_choice": {
-            "pair": list(pairs[pair_index].pair),
-            "order": pairs[pair_index].order,
-            "budget_prefill": round(b_p, 4),
-        },
+        "prefill_choice": [
+            {
+                "budget": c.budget_total,
+                "choice": c.name,
+                "budget_prefill": round(c.budget_prefill, 4),
+                "dev_error": round(float(prefill_errors[i]), 4),
+            }
+            for c, i in zip(prompt, chosen_rows, strict=True)
+        ],
         "dev_groups": dict(sorted(Counter(t.group for _, t in dev).items())),
         "decode_choice_by_group": by_group(dev, flips[:, candidates.index(chosen)]),
-        "prefill_choice_by_group": by_group(dev, pflips[:, rows.index((pair_index, level_index))]),
+        "prefill_choice_by_group": by_group(dev, pflips[:, chosen_rows[-1]]),
         "stable_fraction": round(float(np.mean([m.stable_fraction for m in measurements])), 4),
         "mismatch": {"decode": mismatch_report(dec), "prefill": mismatch_report(pre)},
     }
     write_report(config.report_path(), report)
     return CalibrationResult(config.out, config.report_path(), wall, b_d, b_p, report)
-
-
-def selection_prompt_budgets(
-    dev: Sequence[ReplayedTrace],
-    budget: float,
-    budget_decode: float,
-    expected: float,
-    config: CalibrationConfig,
-    decode_floor: float | Fraction,
-) -> list[float]:
-    """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
-    resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
-    answer length, sinks and window)."""
-    same = {"answer_tokens": expected, "sinks": config.sinks, "window": config.window}
-    solve = partial(solve_stage_budgets, budget, decode=budget_decode, decode_floor=decode_floor)
-    return [solve(prompt_tokens=r.prompt_len, **same).prompt for r in dev]
-
-
-def _fingerprint(
-    config: CalibrationConfig,
-    cal: list[tuple[str, Trace]],
-    dev: list[tuple[str, Trace]],
-    keys: DecodeKeys,
-) -> str:
-    body = json.dumps(
-        {
-            "files": [file_digest(p) for p in (*config.traces, *config.dev)],
-            "model": config.model,
-            "dtype": config.dtype,
-            "sinks": config.sinks,
-            "window": config.window,
-            "keys": keys.keys,
-            "budget": config.budget,
-            "per_path": config.candidates_per_path,
-            # what a checkpoint's verdicts mean: v3 = re-tokenizations are not flips and the
-            # continue-calls rule is replayed per intervention
-            "proxy": 3,
-            # the B_P rule the prompt candidates are replayed at (policy/stages.py): 2 = the
-            # calibrated B_D served, B_P never below the store's protection
-            "stages": 2,
-            "levels": config.prefill_levels,
-            "alpha": [config.alpha_decode, config.alpha_prefill],
-            "n": [len(cal), len(dev)],
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def _run_stage(
@@ -373,22 +346,3 @@ def _run_stage(
             results[where] = result
             bar.update(1)
     return results
-
-
-def _record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
-    from pask_agent.record.provenance import provenance
-
-    prov = provenance()
-    return {
-        "command": config.command or prov["command"],
-        "traces": [
-            {"path": str(p), "sha256": file_digest(p), "n": count_lines(p)}
-            for p in (*config.traces, *config.dev)
-        ],
-        "wall_seconds": round(wall, 1),
-        "cpu_count": os.cpu_count() or 1,
-        "git_commit": prov["git_commit"],
-        "machine": prov["machine"],
-        "dtype": config.dtype,
-        "workers": config.workers,
-    }

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pask_agent.policy.table import Reserve, ReserveRow
+from pask_agent.policy.table_entries import Reserve, ReserveRow
 
 
 def lookahead_deficits(floor_cost: np.ndarray, budget: float, horizon: int) -> np.ndarray:

@@ -9,9 +9,13 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pask_agent.record.traces import ModelId, Trace, TraceError, read_traces
+
+if TYPE_CHECKING:
+    from pask_agent.calibration.buckets import DecodeKeys
+    from pask_agent.calibration.calibrate import CalibrationConfig
 
 
 def load_traces(paths: Sequence[Path], model: ModelId) -> list[tuple[str, Trace]]:
@@ -96,3 +100,54 @@ def model_vocab_size(model: str, tokenizer: Any) -> int:
 def count_lines(path: Path) -> int:
     with path.open(encoding="utf-8") as f:
         return sum(1 for line in f if line.strip())
+
+
+def run_fingerprint(
+    config: CalibrationConfig,
+    cal: list[tuple[str, Trace]],
+    dev: list[tuple[str, Trace]],
+    keys: DecodeKeys,
+) -> str:
+    body = json.dumps(
+        {
+            "files": [file_digest(p) for p in (*config.traces, *config.dev)],
+            "model": config.model,
+            "dtype": config.dtype,
+            "sinks": config.sinks,
+            "window": config.window,
+            "keys": keys.keys,
+            # one budget is stored as before, so an earlier run's checkpoint still resumes
+            "budget": config.budget if isinstance(config.budget, float) else config.budgets(),
+            "per_path": config.candidates_per_path,
+            # what a checkpoint's verdicts mean: v3 = re-tokenizations are not flips and the
+            # continue-calls rule is replayed per intervention
+            "proxy": 3,
+            # the B_P rule the prompt candidates are replayed at (policy/stages.py): 2 = the
+            # calibrated B_D served, B_P never below the store's protection
+            "stages": 2,
+            "levels": config.prefill_levels,
+            "alpha": [config.alpha_decode, config.alpha_prefill],
+            "n": [len(cal), len(dev)],
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def run_record(config: CalibrationConfig, wall: float) -> dict[str, Any]:
+    from pask_agent.record.provenance import provenance
+
+    prov = provenance()
+    return {
+        "command": config.command or prov["command"],
+        "traces": [
+            {"path": str(p), "sha256": file_digest(p), "n": count_lines(p)}
+            for p in (*config.traces, *config.dev)
+        ],
+        "wall_seconds": round(wall, 1),
+        "cpu_count": os.cpu_count() or 1,
+        "git_commit": prov["git_commit"],
+        "machine": prov["machine"],
+        "dtype": config.dtype,
+        "workers": config.workers,
+    }

@@ -49,9 +49,9 @@ def markdown(r: dict[str, Any]) -> str:
         ),  # fmt: skip
         "",
         f"**Decode choice:** {r['decode_choice']['name']} → B_D = "
-        f"{r['decode_choice']['budget_decode']}. **Prompt choice:** threshold pair "
-        f"{r['prefill_choice']['pair']}, {r['prefill_choice'].get('order', 'distortion')} "
-        f"order → B_P = {r['prefill_choice']['budget_prefill']}.",
+        f"{r['decode_choice']['budget_decode']}. **Prompt choice:** "
+        + "; ".join(_prompt_choices(r["prefill_choice"]))
+        + ".",
         "",
         "Development failures are averaged over trace groups with equal weight "
         f"({_groups(r)}); the chosen candidates' failure rate per group: decode "
@@ -97,3 +97,17 @@ def markdown(r: dict[str, Any]) -> str:
                 f"{_pct(m['recall_at_20'])} | {_pct(m['mismatch_20_50'])} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def _prompt_choices(choice: dict[str, Any] | list[dict[str, Any]]) -> list[str]:
+    """One phrase per budget's prompt choice (reports before several budgets held one dict)."""
+    if isinstance(choice, dict):
+        order = choice.get("order", "distortion")
+        return [
+            f"threshold pair {choice['pair']}, {order} order → B_P = {choice['budget_prefill']}"
+        ]
+    return [
+        (f"at B = {c['budget']:g}: " if c["budget"] is not None else "")
+        + f"{c['choice']} → B_P = {c['budget_prefill']}"
+        for c in choice
+    ]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from pask_agent.calibration.replay import ReplayedTrace
 from pask_agent.calibration.worker import PrefillCandidates
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.planner import PrefillPlanner
+from pask_agent.policy.stages import solve_stage_budgets
 from pask_agent.record.traces import Trace
 
 if TYPE_CHECKING:  # only its sinks and window are read
@@ -181,3 +184,19 @@ def sensitivity_json(s: Sensitivity, names: Sequence[str]) -> list[dict[str, Any
                 }
             )
     return rows
+
+
+def selection_prompt_budgets(
+    dev: Sequence[ReplayedTrace],
+    budget: float,
+    budget_decode: float,
+    expected: float,
+    config: CalibrationConfig,
+    decode_floor: float | Fraction,
+) -> list[float]:
+    """The ``B_P`` each development prompt's candidates are replayed at: what PASK serving the
+    resulting table plans for it (``policy/stages.py``, with the table's ``B_D``, expected
+    answer length, sinks and window)."""
+    same = {"answer_tokens": expected, "sinks": config.sinks, "window": config.window}
+    solve = partial(solve_stage_budgets, budget, decode=budget_decode, decode_floor=decode_floor)
+    return [solve(prompt_tokens=r.prompt_len, **same).prompt for r in dev]

@@ -9,6 +9,8 @@ measurement.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +20,9 @@ from pask_agent.calibration.teacher import H, L, R
 from pask_agent.grammars.tags import SPAN_LABELS, VOCABULARIES
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import build_default_table
-from pask_agent.policy.table import DecodeEntry, PolicyTable, PrefillEntry, Reserve, tokenizer_hash
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import BudgetPlan, DecodeEntry, PrefillEntry, Reserve
+from pask_agent.policy.tokenizer_hash import tokenizer_hash
 
 if TYPE_CHECKING:
     from pask_agent.calibration.buckets import DecodeKeys
@@ -38,6 +42,41 @@ def _valid_in(key: str, family: str) -> bool:
     return all(p in vocab[fields[i]] for i, p in enumerate(key.split("/")))
 
 
+@dataclass(frozen=True)
+class PromptChoice:
+    """The prompt candidate calibration selected for one total budget (None: no target ``B``,
+    the level was chosen within ``α_P``): its floors and priorities, the mean ``B_P`` it was
+    replayed at, and its name for the record."""
+
+    budget_total: float | None
+    budget_prefill: float
+    floors: np.ndarray  # int8 [labels, 3]
+    priority: np.ndarray  # [labels, 3, 2]
+    name: str
+
+
+def _prefill_entries(
+    prefill: Sensitivity, choice: PromptChoice, prior: PolicyTable, carried: list[str]
+) -> dict[str, list[PrefillEntry]]:
+    pri = _scaled(choice.priority)
+    out = {}
+    for i, label in enumerate(SPAN_LABELS):
+        if prefill.tokens[i] == 0:
+            out[label] = prior.prefill[label]
+            if f"prefill:{label}" not in carried:
+                carried.append(f"prefill:{label}")
+            continue
+        out[label] = [
+            PrefillEntry(
+                base=_NAMES[int(choice.floors[i, c])],
+                floor=_NAMES[int(choice.floors[i, c])],
+                priority={"R->L": float(pri[i, c, 0]), "L->H": float(pri[i, c, 1])},
+            )
+            for c in range(3)
+        ]
+    return out
+
+
 def assemble_table(
     *,
     model_name: str,
@@ -48,16 +87,16 @@ def assemble_table(
     decode: Sensitivity,
     chosen: Candidate,
     prefill: Sensitivity,
-    prefill_floors: np.ndarray,
-    priority: np.ndarray,
+    prompt: Sequence[PromptChoice],
     reserve: Reserve,
     budget_decode: float,
-    budget_prefill: float,
-    budget_total: float | None,
     expected_output_tokens: float,
     config: CalibrationConfig,
     record: dict[str, Any],
 ) -> PolicyTable:
+    """The table: decode buckets from the chosen decode candidate, the prompt plan of the
+    loosest budget in ``prompt`` at the top level, and, when ``prompt`` holds several budgets,
+    one plan per budget in ``plans`` (the runtime serves each request its budget's plan)."""
     from pask_agent.runtime.models.loading import ALIASES, BUNDLED
 
     bundled = BUNDLED.get(ALIASES.get(model_name, model_name))
@@ -111,21 +150,19 @@ def assemble_table(
                 downgrade={"H->L": 0.0, "L->R": 0.0},
             )  # fmt: skip
         ] * 3
-    pri = _scaled(priority)
-    prefill_table = {}
-    for i, label in enumerate(SPAN_LABELS):
-        if prefill.tokens[i] == 0:
-            prefill_table[label] = prior.prefill[label]
-            carried.append(f"prefill:{label}")
-            continue
-        prefill_table[label] = [
-            PrefillEntry(
-                base=_NAMES[int(prefill_floors[i, c])],
-                floor=_NAMES[int(prefill_floors[i, c])],
-                priority={"R->L": float(pri[i, c, 0]), "L->H": float(pri[i, c, 1])},
-            )
-            for c in range(3)
-        ]
+    per_budget = [(c, _prefill_entries(prefill, c, prior, carried)) for c in prompt]
+    top, prefill_table = per_budget[-1]
+    plans = [
+        BudgetPlan(
+            budget_total=c.budget_total,
+            budget_prefill=round(c.budget_prefill, 4),
+            prefill=entries,
+            prefill_default=entries["protected_content"],
+            choice=c.name,
+        ).model_dump()
+        for c, entries in per_budget
+        if len(per_budget) > 1 and c.budget_total is not None
+    ]
     return PolicyTable.model_validate(
         {
             **prior.model_dump(),
@@ -137,17 +174,18 @@ def assemble_table(
             "prefill_default": [e.model_dump() for e in prefill_table["protected_content"]],
             "reserve": reserve.model_dump(),
             "budget_decode": budget_decode,
-            "budget_prefill": budget_prefill,
+            "budget_prefill": round(top.budget_prefill, 4),
             "alpha_decode": config.alpha_decode,
             "alpha_prefill": config.alpha_prefill,
-            "budget_total": budget_total,
+            "budget_total": top.budget_total,
             "expected_output_tokens": expected_output_tokens,
+            "plans": plans or None,
             "calibration": {
                 **record,
                 "selected": {
                     "decode": chosen.name,
-                    "prefill": record.pop("prefill_choice", ""),
-                    "prefill_budget": budget_prefill,
+                    "prefill": top.name,
+                    "prefill_budget": round(top.budget_prefill, 4),
                 },
                 "carried_over": carried,
             },

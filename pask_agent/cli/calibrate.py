@@ -1,7 +1,11 @@
 """``pask-agent calibrate``: recorded traces → a frozen PASK table for one model.
 
-    pask-agent calibrate --model default --traces cal.jsonl --dev dev.jsonl --budget 0.33 \\
-        --out calibration_data/policies/default.json
+    pask-agent calibrate --model default --traces cal.jsonl --dev dev.jsonl \\
+        --budget 0.10,0.15,0.20,0.25,0.33 --out calibration_data/policies/default.json
+
+Several budgets share every measurement and decode replay; each gets its own prompt plan,
+selected at the ``B_P`` the runtime plans for that budget, and a request is served the plan of
+its budget or the next stricter one (``PolicyTable.at_budget``).
 
 A killed run resumes from its checkpoint (``<out>.checkpoint.jsonl``) when started again with
 the same inputs. ``--workers N`` spreads traces over N local processes; ``--ray local|auto|ADDR``
@@ -23,7 +27,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--traces", required=True, type=Path, nargs="+", help="calibration traces")
     p.add_argument("--dev", required=True, type=Path, nargs="+", help="development traces")
-    p.add_argument("--budget", type=float, default=None, help="target total KV budget B")
+    p.add_argument(
+        "--budget",
+        type=_budgets,
+        default=None,
+        help="target total KV budget B, or several comma-separated (one prompt plan each)",
+    )
     p.add_argument("--out", required=True, type=Path, help="table to write (JSON)")
     p.add_argument("--alpha-decode", type=float, default=0.05)
     p.add_argument("--alpha-prefill", type=float, default=0.02)
@@ -42,6 +51,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--candidates-per-path", type=int, default=8)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
+
+
+def _budgets(text: str) -> float | tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a budget like 0.33 or several like 0.1,0.2,0.33"
+        ) from None
+    return values[0] if len(values) == 1 else values
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,4 +90,7 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {result.table_path} in {result.wall_seconds:.0f} s: B_D={result.budget_decode}, "
         f"B_P={result.budget_prefill:.4f} (report: {result.report_path})"
     )
+    for plan in result.report.get("prefill_choice", []):
+        if plan["budget"] is not None:
+            print(f"  B={plan['budget']:g}: B_P={plan['budget_prefill']:.4f}, {plan['choice']}")
     return 0

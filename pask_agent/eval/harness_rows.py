@@ -30,7 +30,8 @@ class Measured:
     per request); ``pooled_b`` is the case's sum over the sum. The prompt's part of the bytes
     gives the realized ``B_P`` and ``B_D`` (0: not recorded). ``fallbacks`` holds the usage
     counters whose name says fallback (tokens the tagger could not place, bytes a fallback
-    moved); each is stored under its own key."""
+    moved); each is stored under its own key. ``plan_budget`` is the calibrated budget whose
+    prompt plan served the case's strictest request (0: no table, or not recorded)."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -40,6 +41,7 @@ class Measured:
     pooled_b: float
     prompt_kv_bytes: int
     prompt_full_kv_bytes: int
+    plan_budget: float = 0.0
     fallbacks: Mapping[str, int] = field(default_factory=dict)
     tag_counts: Mapping[str, int] = field(default_factory=dict)
 
@@ -73,9 +75,14 @@ class Measured:
             pooled_b=kv / full if full else 0.0,
             prompt_kv_bytes=sum(u.prompt_kv_bytes for u in usages),
             prompt_full_kv_bytes=sum(u.prompt_full_kv_bytes for u in usages),
+            plan_budget=min(plans) if (plans := _plan_budgets(usages)) else 0.0,
             fallbacks=fallbacks,
             tag_counts=tags,
         )
+
+
+def _plan_budgets(usages: Sequence[Any]) -> list[float]:
+    return [b for u in usages if (b := getattr(u, "plan_budget", None)) is not None]
 
 
 def fallback_counters(usage: Any) -> dict[str, int]:

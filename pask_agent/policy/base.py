@@ -126,11 +126,15 @@ class StagePlan:
     floor_breach_bytes:
         Prompt bytes released below the table's floors because the floors did not fit
         ``B_P`` (0 when they did): a budget met by release, said out loud.
+    plan_budget:
+        The total budget the table's prompt plan was calibrated for: the asked ``B``, or the
+        next stricter budget a table with several plans has (``PolicyTable.at_budget``).
     """
 
     budget_prompt: float
     budget_decode: float
     floor_breach_bytes: int = 0
+    plan_budget: float | None = None
 
 
 class PolicySession(Protocol):

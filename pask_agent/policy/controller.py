@@ -33,7 +33,8 @@ from pask_agent.grammars.tags import VOCABULARIES, Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.ledger import BudgetLedger, as_fraction
 from pask_agent.policy.reserve import ReserveBytes
-from pask_agent.policy.table import MOVES, NUM_GROUPS, DecodeEntry, PolicyTable, tie_key
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import MOVES, NUM_GROUPS, DecodeEntry, tie_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence

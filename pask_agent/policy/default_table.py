@@ -40,10 +40,10 @@ from __future__ import annotations
 from pask_agent.grammars.tags import CLASSES, NEXTS, SPAN_LABELS, VOCABULARIES, TagFamily
 from pask_agent.package_data import policy_table_path
 from pask_agent.policy.actions import LayerGroups
-from pask_agent.policy.table import (
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import (
     NUM_GROUPS,
     DecodeEntry,
-    PolicyTable,
     PrefillEntry,
     Reserve,
     ReserveRow,

@@ -40,7 +40,8 @@ from pask_agent.policy.planner import PrefillPlan, PrefillPlanner
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.scored import check_budget
 from pask_agent.policy.stages import StageBudgets, solve_stage_budgets
-from pask_agent.policy.table import NUM_GROUPS, PolicyTable
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import NUM_GROUPS
 
 BUDGET_TOLERANCE = Fraction(3, 100)  # how far over B an unmeasured answer may take a request
 
@@ -118,7 +119,9 @@ class PaskSession:
                 self.table, self.costs, budget=stages.decode, lookup=self.lookup
             )
         plan = self.plan_prompt(labels, protected, stages.prompt)
-        self.stage_plan = StagePlan(stages.prompt, float(stages.decode), plan.floor_breach_bytes)
+        self.stage_plan = StagePlan(
+            stages.prompt, float(stages.decode), plan.floor_breach_bytes, self.table.budget_total
+        )
         if self.ceiling is not None:
             self.ceiling.start(n, plan.planned_bytes)
         return [tuple(Action(int(a)) for a in row) for row in plan.actions]  # type: ignore[misc]
@@ -234,7 +237,8 @@ class PaskPolicy(Policy):
         ------
         PolicyTableError
             The table was calibrated for another model or tokenizer (and ``allow_transfer`` is
-            off), or the shipped table file is unreadable or corrupt.
+            off), the shipped table file is unreadable or corrupt, or the table has plans for
+            several budgets and none at or below ``env.budget`` (``PolicyTable.at_budget``).
         """
         if "table" not in self._lookup:
             self._lookup["table"] = self.table or PolicyTable.read(self.default_table_path)
@@ -246,6 +250,11 @@ class PaskPolicy(Policy):
                     model_id=env.model_id or table.model_id, tokenizer_hash=env.tokenizer_hash
                 )
                 self._lookup[key] = True
+        if env is not None and table.plans:
+            budget = table_budget(table, env.budget)
+            if ("plan", budget) not in self._lookup:
+                self._lookup[("plan", budget)] = table.at_budget(budget)
+            table = self._lookup[("plan", budget)]
         return table
 
     def start(self, env: PolicyEnv) -> PaskSession:

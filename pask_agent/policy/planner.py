@@ -39,7 +39,8 @@ from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy.actions import Action
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.ledger import as_fraction
-from pask_agent.policy.table import NUM_GROUPS, PolicyTable
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import NUM_GROUPS
 
 _UP = ("R->L", "L->H")
 

@@ -22,7 +22,8 @@ from pask_agent.policy.base import Actions, Policy, PolicyEnv
 from pask_agent.policy.controller import DEFAULT_KEY, DecodeLookup, compile_bucket
 from pask_agent.policy.pask import PaskPolicy, PaskSession, session_parts
 from pask_agent.policy.registry import register_policy
-from pask_agent.policy.table import DecodeEntry, PolicyTable
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import DecodeEntry
 
 _GROUP_WEIGHT = (1.0, 0.9, 0.8)
 

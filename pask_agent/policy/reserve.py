@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from pask_agent.policy.table import Reserve
+    from pask_agent.policy.table_entries import Reserve
 
 
 def _dec(value: float) -> Fraction:

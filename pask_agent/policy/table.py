@@ -22,110 +22,23 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from pask_agent.errors import PolicyTableError
 from pask_agent.grammars.tags import SPAN_LABELS, VOCABULARIES, TagFamily
 from pask_agent.policy.actions import LayerGroups
+from pask_agent.policy.table_entries import (
+    ALL_TIE_KEYS,
+    NUM_GROUPS,
+    QUANTIZER,
+    BudgetPlan,
+    DecodeEntry,
+    PrefillEntry,
+    Reserve,
+    _Frozen,
+)
 
 SCHEMA_VERSION = 1
-NUM_GROUPS = 3
-ActionName = Literal["H", "L", "R"]
-UpMove = Literal["R->L", "L->H"]
-DownMove = Literal["H->L", "L->R"]
-UP_MOVES: tuple[str, ...] = ("R->L", "L->H")
-DOWN_MOVES: tuple[str, ...] = ("H->L", "L->R")
-MOVES: tuple[str, ...] = UP_MOVES + DOWN_MOVES
-QUANTIZER = "int4-symmetric-rowwise-fp16-scale"
-
-
-def tie_key(group: int, move: str) -> str:
-    """Serialized name of one candidate move in the tie order, e.g. ``"2:L->H"``."""
-    return f"{group}:{move}"
-
-
-ALL_TIE_KEYS: frozenset[str] = frozenset(tie_key(c, m) for c in range(NUM_GROUPS) for m in MOVES)
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-
-class DecodeEntry(_Frozen):
-    """One decode bucket × layer group: base action, floor and adjacent-move scores.
-
-    ``upgrade`` holds the stored distortion-reduction score of each adjacent promotion (higher
-    is promoted first); ``downgrade`` the score of each adjacent demotion (lower is demoted
-    first). A missing ``downgrade`` mirrors ``upgrade``: demoting H→L loses what L→H gains.
-    """
-
-    base: ActionName
-    floor: ActionName
-    upgrade: dict[UpMove, float]
-    downgrade: dict[DownMove, float]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _mirror_downgrade(cls, data: Any) -> Any:
-        if (
-            isinstance(data, dict)
-            and "downgrade" not in data
-            and isinstance(data.get("upgrade"), dict)
-        ):
-            up = data["upgrade"]
-            data = {**data, "downgrade": {"H->L": up.get("L->H"), "L->R": up.get("R->L")}}
-        return data
-
-    @model_validator(mode="after")
-    def _complete(self) -> DecodeEntry:
-        if set(self.upgrade) != set(UP_MOVES) or set(self.downgrade) != set(DOWN_MOVES):
-            raise ValueError("upgrade needs 'R->L' and 'L->H'; downgrade needs 'H->L' and 'L->R'")
-        return self
-
-
-class PrefillEntry(_Frozen):
-    """One prefill bucket (span label × layer group): base, floor and upgrade priorities."""
-
-    base: ActionName
-    floor: ActionName
-    priority: dict[UpMove, float]
-
-    @model_validator(mode="after")
-    def _complete(self) -> PrefillEntry:
-        if set(self.priority) != set(UP_MOVES):
-            raise ValueError("priority needs both 'R->L' and 'L->H'")
-        return self
-
-
-class ReserveRow(_Frozen):
-    """``Γ(s; B_D)`` for one decode budget, in units of ``C_full`` (Full-KV bytes per token)."""
-
-    budget: float = Field(ge=0.0, le=1.0)
-    by_state: dict[str, float]
-    pooled: float = Field(ge=0.0, description="quantile over all states; used for unseen ones")
-
-    @model_validator(mode="after")
-    def _non_negative(self) -> ReserveRow:
-        bad = {s: v for s, v in self.by_state.items() if v < 0}
-        if bad:
-            raise ValueError(f"reserves must be >= 0, got {bad}")
-        return self
-
-
-class Reserve(_Frozen):
-    """The reserve ``Γ(s; B_D) = Q_β(S^(K))`` per parser state (§3.5, App. B.6, E.4)."""
-
-    beta: float = Field(gt=0.0, le=1.0)
-    horizon: int = Field(ge=0)
-    unit: Literal["c_full"] = "c_full"
-    rows: list[ReserveRow] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _sorted(self) -> Reserve:
-        budgets = [row.budget for row in self.rows]
-        if any(nxt <= cur for cur, nxt in zip(budgets, budgets[1:], strict=False)):
-            raise ValueError(f"reserve rows must have strictly increasing budgets, got {budgets}")
-        return self
 
 
 class PolicyTable(_Frozen):
@@ -165,6 +78,9 @@ class PolicyTable(_Frozen):
     expected_output_tokens: float | None = Field(default=None, ge=0.0)
     # and how the table was made: command, trace files with hashes, wall time, CPUs, commit.
     calibration: dict[str, Any] | None = None
+    # one prompt plan per calibrated total budget, increasing (``pask-agent calibrate --budget
+    # 0.1,0.2,0.33``); None: the top-level prefill fields are the only plan
+    plans: list[BudgetPlan] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> PolicyTable:
@@ -191,11 +107,18 @@ class PolicyTable(_Frozen):
             self._check_key(key)
             if target not in self.decode:
                 raise ValueError(f"decode_fallback[{key!r}] -> {target!r}: no such decode bucket")
-        for label, pentries in self.prefill.items():
-            if label not in SPAN_LABELS:
-                raise ValueError(f"prefill label {label!r} is not one of {list(SPAN_LABELS)}")
-            _check_groups(f"prefill[{label!r}]", pentries)
-        _check_groups("prefill_default", self.prefill_default)
+        for where, plan in [
+            ("", self),
+            *((f"plans[{p.budget_total}].", p) for p in self.plans or ()),
+        ]:
+            for label, pentries in plan.prefill.items():
+                if label not in SPAN_LABELS:
+                    raise ValueError(f"{where}prefill label {label!r} is not a span label")
+                _check_groups(f"{where}prefill[{label!r}]", pentries)
+            _check_groups(f"{where}prefill_default", plan.prefill_default)
+        budgets = [plan.budget_total for plan in self.plans or ()]
+        if budgets != sorted(set(budgets)):
+            raise ValueError(f"plans must have strictly increasing budgets, got {budgets}")
         for label, target in self.prefill_fallback.items():
             if label not in SPAN_LABELS or target not in self.prefill:
                 raise ValueError(f"prefill_fallback[{label!r}] -> {target!r}: unknown label")
@@ -231,6 +154,35 @@ class PolicyTable(_Frozen):
         return any(
             len(parts := key.split("/")) > 1 and parts[1] in roles and key not in carried
             for key in self.decode
+        )
+
+    def at_budget(self, budget: float) -> PolicyTable:
+        """This table with the prompt plan that serves total budget ``budget``: the plan
+        calibrated for it, else the next stricter one (a plan made for less memory never plans
+        more than asked). A table without plans serves every budget with its one plan.
+
+        Raises
+        ------
+        PolicyTableError
+            The table has plans, none at or below ``budget``.
+        """
+        if not self.plans:
+            return self
+        fitting = [p for p in self.plans if p.budget_total <= budget + 1e-9]
+        if not fitting:
+            raise PolicyTableError(
+                f"no plan for budget {budget:g}: this table has plans for "
+                f"{[p.budget_total for p in self.plans]} and none stricter; ask for one of "
+                "them or above, or calibrate with this budget (pask-agent calibrate --budget)"
+            )
+        plan = fitting[-1]
+        return self.model_copy(
+            update={
+                "prefill": plan.prefill,
+                "prefill_default": plan.prefill_default,
+                "budget_prefill": plan.budget_prefill,
+                "budget_total": plan.budget_total,
+            }
         )
 
     # ------------------------------------------------------------------ files
@@ -366,30 +318,3 @@ def _format(value: Any, *, depth: int) -> str:
     pad = " " * (depth + 1)
     items = [f"{pad}{json.dumps(k)}: {_format(v, depth=depth + 1)}" for k, v in value.items()]
     return "{\n" + ",\n".join(items) + "\n" + " " * depth + "}"
-
-
-def tokenizer_hash(tokenizer_or_folder: Any) -> str:
-    """SHA-256 of the ``tokenizer.json`` a table is tied to.
-
-    Accepts a model folder (str or Path), a ``tokenizer.json`` path, or a loaded Hugging Face
-    tokenizer (its ``name_or_path`` folder is used).
-
-    Raises
-    ------
-    PolicyTableError
-        No ``tokenizer.json`` can be found for the argument.
-    """
-    if isinstance(tokenizer_or_folder, str | Path):
-        location = Path(tokenizer_or_folder)
-    else:
-        location = Path(str(getattr(tokenizer_or_folder, "name_or_path", "")))
-    file = location if location.name == "tokenizer.json" else location / "tokenizer.json"
-    if not file.is_file():
-        raise PolicyTableError(
-            f"no tokenizer.json at {file}; pass the model folder the tokenizer was loaded from"
-        )
-    digest = hashlib.sha256()
-    with file.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -20,7 +20,7 @@ from pask_agent.policy import full, pask, streaming  # noqa: F401 - registers th
 from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.registry import get_policy
-from pask_agent.policy.table import tokenizer_hash
+from pask_agent.policy.tokenizer_hash import tokenizer_hash
 from pask_agent.record.traces import ModelId
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.conversation import Conversation

@@ -29,7 +29,8 @@ from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
-from pask_agent.policy.table import PolicyTable, tokenizer_hash
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.tokenizer_hash import tokenizer_hash
 from pask_agent.record.traces import TraceError, read_traces
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
@@ -238,6 +239,8 @@ def test_bad_input_is_refused_before_any_work(recorded, tmp_path) -> None:
         calibrate(CalibrationConfig(**base, budget=0.0))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="budget"):
         calibrate(CalibrationConfig(**base, budget=1.5))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="budget"):
+        calibrate(CalibrationConfig(**base, budget=(0.2, 1.5)))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="no development traces"):
         calibrate(CalibrationConfig(**{**base, "dev": ()}))  # type: ignore[arg-type]
     empty = tmp_path / "empty.jsonl"
@@ -334,10 +337,16 @@ def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_
     write_traces(sql, traces)
     config = CalibrationConfig(
         traces=(cal, sql), dev=(dev, sql), out=tmp_path / "mixed.json", model="smollm2-135m",
-        budget=0.5, window=WINDOW, candidates_per_path=2, progress=False,
+        budget=(0.25, 0.5), window=WINDOW, candidates_per_path=2, progress=False,
     )  # fmt: skip
     result = calibrate(config)
     table = PolicyTable.read(result.table_path)
+    # two budgets, one pass over the development traces: a prompt plan each, the looser one
+    # also at the top level, each selected at the B_P the runtime plans for its budget
+    assert [p.budget_total for p in table.plans or ()] == [0.25, 0.5]
+    assert table.budget_total == 0.5 and table.prefill == table.plans[1].prefill  # type: ignore[index]
+    assert table.plans[0].budget_prefill < table.plans[1].budget_prefill  # type: ignore[index]
+    assert table.at_budget(0.3).budget_total == 0.25 and table.at_budget(0.6).budget_total == 0.5
     assert [t["n"] for t in table.calibration["traces"]] == [4, 3, 2, 3]  # type: ignore[index]
     report = json.loads(result.report_path.read_text())
     assert report["cal_traces"] == 7 and report["dev_traces"] == 5

@@ -16,8 +16,9 @@ import anyio
 import pytest
 from sample_tools import convert_currency, get_weather
 
-from pask_agent.calibration.calibrate import CalibrationConfig, selection_prompt_budgets
+from pask_agent.calibration.calibrate import CalibrationConfig
 from pask_agent.calibration.replay import TraceReplayer
+from pask_agent.calibration.selection import selection_prompt_budgets
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.record.traces import read_traces

@@ -14,10 +14,10 @@ import pytest
 
 from pask_agent.grammars.tags import SPAN_LABELS, VOCABULARIES
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.table import (
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import (
     NUM_GROUPS,
     DecodeEntry,
-    PolicyTable,
     PrefillEntry,
     Reserve,
     ReserveRow,

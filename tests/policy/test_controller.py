@@ -23,7 +23,8 @@ from pask_agent.policy.actions import Action
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import build_default_table
-from pask_agent.policy.table import PolicyTable, ReserveRow
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import ReserveRow
 
 H, L, R = Action.H, Action.L, Action.R
 SB = Tag("schema_bearing", "optional", "boundary", "no_lookahead")  # → "schema_bearing"

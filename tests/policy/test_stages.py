@@ -12,7 +12,7 @@ from fractions import Fraction
 
 import pytest
 
-from pask_agent.errors import ConfigError
+from pask_agent.errors import ConfigError, PolicyTableError
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy import get_policy
 from pask_agent.policy.actions import Action
@@ -20,6 +20,8 @@ from pask_agent.policy.base import PolicyEnv
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.stages import solve_stage_budgets
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import BudgetPlan
 
 H, L, R = Action.H, Action.L, Action.R
 FN, PC = "function_name", "protected_content"
@@ -165,3 +167,59 @@ def test_decode_is_not_planned_below_int4_cost_while_the_total_allows() -> None:
         assert plain.decode == Fraction(157, 1000)
         # what decoding keeps more, the prompt gives up
         assert (floored.prompt < plain.prompt) == (want > Fraction(157, 1000))
+
+
+def _planned(table, budget: float, small_costs) -> tuple[list, object]:
+    session = _session(table, small_costs, budget)
+    actions = session.plan_prefill([FN] * 10 + [PC] * 50)
+    return [a[0] for a in actions], session.stage_plan
+
+
+def test_a_table_with_several_plans_serves_each_budget_its_own_or_the_next_stricter(
+    table, small_costs, entries
+) -> None:
+    """Issue 30 item 2: one table, a prompt plan per calibrated budget. The 0.2 plan keeps
+    function names only INT4; the 0.5 plan keeps them BF16; a request at 0.3 gets the 0.2 plan
+    (the next stricter), and ``usage``'s ``plan_budget`` says which plan served."""
+    strict = {FN: entries.prefill("L", "L", 0.0, 0.0), PC: entries.prefill("R", "R", 1, 1)}
+    plans = [
+        BudgetPlan(
+            budget_total=0.2,
+            budget_prefill=0.15,
+            prefill=strict,
+            prefill_default=strict[PC],
+            choice="strict",
+        ),
+        BudgetPlan(
+            budget_total=0.5,
+            budget_prefill=table.budget_prefill,
+            prefill=table.prefill,
+            prefill_default=table.prefill_default,
+            choice="loose",
+        ),
+    ]
+    multi = table.model_copy(update={"plans": plans})
+    loose, at_half = _planned(multi, 0.5, small_costs)
+    assert at_half.plan_budget == 0.5 and loose[1:10] == [H] * 9
+    picked, at_03 = _planned(multi, 0.3, small_costs)
+    only_strict = table.model_copy(update={"prefill": strict, "prefill_default": strict[PC]})
+    only_loose, _ = _planned(table, 0.3, small_costs)
+    assert at_03.plan_budget == 0.2 and picked == _planned(only_strict, 0.3, small_costs)[0]
+    assert picked != only_loose
+    assert at_03.budget_prompt > 0.2  # the plan is the stricter one; B is still the asked 0.3
+    with pytest.raises(PolicyTableError, match="no plan for budget 0.1"):
+        _session(multi, small_costs, 0.1)
+    # the plans survive a save and load, checksum and all; a table without plans has no key
+    again = PolicyTable.from_json(multi.to_json())
+    assert again.plans == multi.plans and '"plans"' not in table.to_json()
+
+
+def test_plans_must_have_increasing_budgets(table) -> None:
+    plan = BudgetPlan(
+        budget_total=0.3,
+        budget_prefill=0.2,
+        prefill=table.prefill,
+        prefill_default=table.prefill_default,
+    )
+    with pytest.raises(ValueError, match="strictly increasing"):
+        PolicyTable.model_validate({**table.model_dump(), "plans": [plan, plan]})

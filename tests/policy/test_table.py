@@ -18,7 +18,8 @@ from pask_agent.policy.default_table import (
     build_default_table,
 )
 from pask_agent.policy.registry import PolicyRegistry
-from pask_agent.policy.table import PolicyTable, tokenizer_hash
+from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.tokenizer_hash import tokenizer_hash
 
 OTHER_HASH = "cd" * 32
 

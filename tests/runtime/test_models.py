@@ -45,6 +45,26 @@ def test_local_folder_loads(smollm2) -> None:
     assert again.model.config.num_hidden_layers == 30
 
 
+def test_a_model_the_process_holds_is_shared_not_loaded_again(smollm2) -> None:
+    """Two runtimes (or an assistant beside a runtime) opened on one name hold one copy of the
+    weights while either holds it; another dtype is another copy; once nothing holds a model,
+    the next load reads the folder again."""
+    import gc
+
+    import torch
+
+    assert load_model("smollm2-135m") is smollm2
+    by_folder = load_model(str(smollm2.path))  # same folder by another name: same weights
+    assert by_folder.model is smollm2.model and by_folder.name == str(smollm2.path)
+    bf16 = load_model("smollm2-135m", dtype=torch.bfloat16)
+    assert bf16.model is not smollm2.model and next(bf16.model.parameters()).dtype == torch.bfloat16
+    assert load_model("smollm2-135m", dtype=torch.bfloat16).model is bf16.model
+    del bf16, by_folder
+    gc.collect()
+    assert (str(smollm2.path), str(torch.bfloat16)) not in models._IN_PROCESS
+    assert load_model("smollm2-135m") is smollm2  # the fixture still holds the fp32 copy
+
+
 def test_corrupt_or_partial_cache_is_detected_and_rebuilt(smollm2, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PASK_AGENT_CACHE", str(tmp_path))
     spec = models.BUNDLED["smollm2-135m"]

@@ -27,9 +27,10 @@ import logging
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -341,15 +342,29 @@ def load_tokenizer(name: str = "default") -> Any:
     return open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
 
 
+_IN_PROCESS: weakref.WeakValueDictionary[tuple[str, str], LoadedModel] = (
+    weakref.WeakValueDictionary()
+)
+
+
 def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> LoadedModel:
     """Load a causal LM and its tokenizer fully offline.
 
     Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
     than bf16 ones (the KV store still keeps its high pool in bf16).
+
+    A model this process already holds (same folder, same dtype) is returned as it is, not
+    loaded again: inference never writes the weights, and a runtime, an SQL assistant and a
+    LangChain model opened on ``"default"`` side by side would otherwise hold three copies of
+    2 GB each. The copy lives while anything holds it; the next load after that reads the
+    folder again.
     """
     from transformers import AutoModelForCausalLM
 
     folder = resolve_model_dir(name)
+    key = (str(folder), str(dtype))
+    if (held := _IN_PROCESS.get(key)) is not None:
+        return held if held.name == name else replace(held, name=name)
     try:
         tokenizer = open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
@@ -360,7 +375,9 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
             ) from exc
         raise
     model.eval()
-    return LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
+    loaded = LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
+    _IN_PROCESS[key] = loaded
+    return loaded
 
 
 def place_model(model: Any, device: str | None) -> torch.device:

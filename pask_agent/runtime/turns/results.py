@@ -43,6 +43,9 @@ class Usage:
     planned_b_prompt: float | None = None
     planned_b_decode: float | None = None
     floor_breach_bytes: int = 0
+    # the total budget whose calibrated prompt plan served: the asked B or, for a table with
+    # plans for several budgets, the next stricter one it has (None: no table)
+    plan_budget: float | None = None
     # Bytes moved after the plan, by the two mechanisms that do it: answer tokens the answer
     # ceiling (policy/ceiling.py) stored INT4 where the table kept them BF16, and pool rows
     # (one token in one layer group) the request shed when it outgrew its reservation with no
