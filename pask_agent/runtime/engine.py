@@ -44,7 +44,8 @@ from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
 from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.memory.retention import retention_view
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
-from pask_agent.runtime.models.loading import LoadedModel, place_model
+from pask_agent.runtime.models.loading import LoadedModel
+from pask_agent.runtime.models.placement import place_model
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 from pask_agent.runtime.requests import Event, Failed, Request, SamplingParams, SequenceState
 from pask_agent.runtime.turns.constraint import tag_key

@@ -14,7 +14,7 @@ from pask_agent.errors import ConfigError
 from pask_agent.eval.random_model import SMOKE, random_model
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.engine import Engine
-from pask_agent.runtime.models.loading import place_model
+from pask_agent.runtime.models.placement import place_model
 
 CAPACITY = 1 << 20
 
@@ -45,10 +45,10 @@ def test_cuda_without_a_gpu_is_refused_before_anything_moves() -> None:
 
 
 def test_a_model_converted_for_the_cpu_cannot_move() -> None:
-    """oneDNN-held weights have no GPU form: say to load the model again."""
+    """oneDNN-held weights have no GPU form: say how to get a copy that can move."""
     loaded = random_model(SMOKE)
     Engine(loaded, RuntimeConfig(kv_capacity_bytes=CAPACITY, onednn_linear=True))
     if not torch.backends.mkldnn.is_available():
         pytest.fail("this CPU build of torch has no oneDNN; the conversion under test is absent")
-    with pytest.raises(ConfigError, match="load the model again"):
+    with pytest.raises(ConfigError, match="from a process that has not served it on the CPU"):
         place_model(loaded.model, "meta")

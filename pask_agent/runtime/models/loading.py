@@ -38,12 +38,10 @@ from typing import Any
 import torch
 
 from pask_agent.errors import (
-    ConfigError,
     ModelCacheError,
     ModelHashMismatchError,
     ModelNotAvailableError,
 )
-from pask_agent.runtime.models.cpu_linear import OneDNNLinear
 from pask_agent.runtime.models.key_offsets import measure_key_offsets
 from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
 
@@ -353,11 +351,9 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
     Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
     than bf16 ones (the KV store still keeps its high pool in bf16).
 
-    A model this process already holds (same folder, same dtype) is returned as it is, not
-    loaded again: inference never writes the weights, and a runtime, an SQL assistant and a
-    LangChain model opened on ``"default"`` side by side would otherwise hold three copies of
-    2 GB each. The copy lives while anything holds it; the next load after that reads the
-    folder again.
+    A model this process still holds (same folder and dtype) is returned, not loaded again:
+    inference never writes weights, and a runtime, an SQL assistant and a LangChain model on
+    ``"default"`` side by side would otherwise hold three 2 GB copies.
     """
     from transformers import AutoModelForCausalLM
 
@@ -378,28 +374,3 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
     loaded = LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
     _IN_PROCESS[key] = loaded
     return loaded
-
-
-def place_model(model: Any, device: str | None) -> torch.device:
-    """Move ``model`` to ``device`` (None: leave it) and return where it is: the device an
-    engine then puts its KV pools and input ids on (``RuntimeConfig.device``).
-
-    Raises
-    ------
-    ConfigError
-        ``device`` names a GPU torch cannot see, or the model's linear layers were already
-        converted for the CPU (``onednn_linear``), which cannot move.
-    """
-    here = next(model.parameters()).device
-    target = here if device is None else torch.device(device)
-    if target.type == here.type and target.index in (None, here.index):  # "cuda": the current GPU
-        return here
-    if target.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r}, but torch sees no CUDA device here")
-    if any(isinstance(m, OneDNNLinear) for m in model.modules()):
-        raise ConfigError(
-            f"the model's linear layers were converted for the CPU (onednn_linear) by an "
-            f"earlier engine; load the model again to serve it on {device!r}"
-        )
-    model.to(target)
-    return next(model.parameters()).device
