@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from pask_agent.errors import ConfigError
 
@@ -55,25 +55,6 @@ class ScheduleItem(BaseModel):
     room: str
 
 
-# The answer is one JSON object with a ``records`` list: Runtime.call takes a Pydantic model
-# class or a JSON Schema dict, not ``list[Model]`` (a typing alias is neither), so each kind
-# has a wrapper model whose one field is the list.
-class InvoiceLines(BaseModel):
-    records: list[InvoiceLine]
-
-
-class LogEntries(BaseModel):
-    records: list[LogEntry]
-
-
-class Employees(BaseModel):
-    records: list[Employee]
-
-
-class ScheduleItems(BaseModel):
-    records: list[ScheduleItem]
-
-
 @dataclass(frozen=True, slots=True)
 class Document:
     """One document and the records it states, in the order it states them."""
@@ -98,15 +79,15 @@ Writer = Callable[[random.Random, int], tuple[str, list[dict[str, Any]]]]
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """A document kind: its record model, the wrapper ``Runtime.call`` is asked for, the field
-    unique within a document, what the prompt calls a record, the record counts drawn
-    (log-uniform between ``min_records`` and ``max_records``) and the writer."""
+    """A document kind: its record model, the field unique within a document, what the prompt
+    calls a record (one, several) and the document, the record counts drawn (log-uniform
+    between ``min_records`` and ``max_records``) and the writer."""
 
     name: str
     record: type[BaseModel]
-    answer: type[BaseModel]
     key: str
     noun: str
+    plural: str
     document: str
     min_records: int
     max_records: int
@@ -115,6 +96,19 @@ class Kind:
     @property
     def fields(self) -> tuple[str, ...]:
         return tuple(self.record.model_fields)
+
+    def answer(self, count: int | None = None) -> type[BaseModel]:
+        """The model ``Runtime.call`` is asked for: one field, ``records: list[Record]``
+        (``Runtime.call`` takes a Pydantic model class or a JSON Schema dict, and
+        ``list[Record]`` is neither). ``count`` bounds the list to exactly that many records
+        (the grammar closes it there); otherwise it has at least one. Why bound it: asked for
+        an open list, the default model answered a 16-entry log with ``{"records": []}`` and
+        copied a 20-employee roster correctly, then kept writing records until
+        ``max_new_tokens`` cut the answer, which then scores 0."""
+        least = count if count is not None else 1
+        field = Field(min_length=least, max_length=count)
+        name = f"{self.record.__name__}Records"
+        return create_model(name, records=(list[self.record], field))  # type: ignore[call-overload]
 
 
 _ADJ = ("galvanized", "brushed", "matte", "heavy-duty", "compact", "insulated", "coated",
@@ -271,13 +265,13 @@ def _write_schedule(rng: random.Random, n: int) -> tuple[str, list[dict[str, Any
 KINDS: Mapping[str, Kind] = {
     k.name: k
     for k in (
-        Kind("invoice", InvoiceLine, InvoiceLines, "sku", "line item", "invoice", 8, 50,
+        Kind("invoice", InvoiceLine, "sku", "line item", "line items", "invoice", 8, 50,
              _write_invoice),
-        Kind("log", LogEntry, LogEntries, "timestamp", "log entry", "server log", 7, 45,
+        Kind("log", LogEntry, "timestamp", "log entry", "log entries", "server log", 7, 45,
              _write_log),
-        Kind("roster", Employee, Employees, "name", "employee", "staff memo", 8, 50,
+        Kind("roster", Employee, "name", "employee", "employees", "staff memo", 8, 50,
              _write_roster),
-        Kind("schedule", ScheduleItem, ScheduleItems, "event", "event", "schedule", 10, 65,
+        Kind("schedule", ScheduleItem, "event", "event", "events", "schedule", 10, 65,
              _write_schedule),
     )
 }  # fmt: skip

@@ -7,9 +7,13 @@ are compressed while its own earlier output is compressed too. Here each case is
 document (``extract_docs.py``: an invoice, a server log, an employee roster in prose, a week's
 schedule) from the fixed split ``calibration_data/splits/extract.jsonl`` (``extract_split.py``;
 40 dev and 60 test documents, reference answers of 300-3,000 tokens, median in the file's
-header). The model answers ``await rt.call(Kind.answer, prompt)``, where ``Kind.answer`` is a
-Pydantic model with one field, ``records: list[Record]`` (``Runtime.call`` takes a model
-class or a JSON Schema dict, not ``list[Record]``).
+header). The model answers ``await rt.call(kind.answer(n), prompt)``: a Pydantic model with
+one field, ``records: list[Record]`` (``Runtime.call`` takes a model class or a JSON Schema
+dict, not ``list[Record]``), bounded to the document's ``n`` records, which the prompt
+states. Why the count: asked for an open list, the 0.5B default model answered one log with no
+records and kept writing records past the end of a roster until the answer was cut; stating
+and bounding the count keeps the eval about copying values out of a compressed prompt
+(``--no-count`` runs the open variant).
 
 A row's score is field-level F1 (``field_f1``, with ``field_precision``/``field_recall``) and
 the exact-record rate (``exact_match``) from ``extract_scoring.py``; ``correct`` means every
@@ -49,21 +53,25 @@ DEFAULTS = Defaults(out="results/extract_dev", max_new_tokens=4096, splits=("dev
 _TYPES = {int: "whole number", float: "number", str: "text"}
 
 
-def extraction_prompt(doc: Document) -> str:
+def extraction_prompt(doc: Document, *, count_hint: bool = True) -> str:
     """The request: the document, then what to extract and how to write values (the small
-    default model follows instructions best after the text). ``Runtime.call`` appends its
-    field list (``records: list of object``) after this."""
+    default model follows instructions best after the text), and with ``count_hint`` how many
+    records there are (the schema then bounds the list to that many). ``Runtime.call``
+    appends its field list (``records: list of object``) after this."""
     kind = kind_of(doc.kind)
-    fields = []
+    fields, shape = [], []
     for name, info in kind.record.model_fields.items():
         what = _TYPES.get(info.annotation, "text")  # type: ignore[arg-type]
         fields.append(f"{name} ({what}{', ' + info.description if info.description else ''})")
+        shape.append(f'"{name}": <{what}>')
+    count = f" It lists {len(doc.records)} {kind.plural}." if count_hint else ""
     return (
-        f"Here is a {kind.document}:\n\n{doc.text}\n\n"
+        f"Here is the {kind.document}:\n\n{doc.text}\n\n"
         f"Extract every {kind.noun} of the {kind.document} above, in the order it appears, as "
-        f"one record each in the list `records`. Each record has the fields: "
+        f"one record each in the list `records`.{count} Each record has the fields: "
         f"{'; '.join(fields)}. Copy each value exactly as the text writes it; write numbers "
-        "without currency signs or thousands separators."
+        "without currency signs or thousands separators. The answer looks like "
+        f'{{"records": [{{{", ".join(shape)}}}, ...]}} with one record per {kind.noun}.'
     )
 
 
@@ -96,6 +104,7 @@ class ExtractWorkload(Workload):
     limit: int | None = None
     kinds: tuple[str, ...] = tuple(KINDS)
     max_new_tokens: int = DEFAULTS.max_new_tokens
+    count_hint: bool = True  # say how many records and bound the list to that many
 
     name: ClassVar[str] = "extract"
     title: ClassVar[str] = (
@@ -128,8 +137,10 @@ class ExtractWorkload(Workload):
 
     async def run(self, rt: Any, doc: Document, config: Config) -> Answer:
         try:
+            count = len(doc.records) if self.count_hint else None
+            prompt = extraction_prompt(doc, count_hint=self.count_hint)
             value, usage = await rt.call(
-                kind_of(doc.kind).answer, extraction_prompt(doc), policy=config.policy,
+                kind_of(doc.kind).answer(count), prompt, policy=config.policy,
                 budget=config.budget, max_new_tokens=self.max_new_tokens, with_usage=True,
             )  # fmt: skip
         except ValidationFailedError as exc:  # cut or malformed: scored 0, with the truth's size
@@ -150,8 +161,14 @@ class ExtractWorkload(Workload):
         return (
             f"{cases} generated documents (split {self.split!r} of "
             f"calibration_data/splits/extract.jsonl, kinds {', '.join(self.kinds)}), each "
-            "answered by runtime.call(<Kind>Records, prompt) (the document, then what to "
-            "extract, then Runtime.call's field list), greedy, "
+            "answered by runtime.call(<Record>Records, prompt) (the document, then what to "
+            "extract, then Runtime.call's field list), "
+            + (
+                "with the record count stated and the list bounded to it, "
+                if self.count_hint
+                else "as an open list (no count stated), "
+            )
+            + "greedy, "
             f"max_new_tokens={self.max_new_tokens}. Accuracy = documents whose every record "
             "is exact and none extra; field F1 = F1 of field-level precision and recall after "
             "greedy one-to-one record matching and normalisation (numbers as numbers, text "
@@ -233,11 +250,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the first N documents of the split (kinds alternate; default all)",
     )  # fmt: skip
     p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated document kinds")
+    p.add_argument(
+        "--no-count", dest="count_hint", action="store_false",
+        help="ask for an open list: no record count in the prompt or the schema (the default "
+        "model then tends to write records until --max-new-tokens cuts the answer)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     workload = ExtractWorkload(
-        args.split, args.limit, tuple(names(args.kinds)), args.max_new_tokens
+        args.split, args.limit, tuple(names(args.kinds)), args.max_new_tokens, args.count_hint
     )
     return run_eval(args, workload, module=__spec__.name)
 

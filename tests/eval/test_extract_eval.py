@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import ValidationError
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.extract_docs import KINDS, Document, generate, generate_split, surface_forms
@@ -44,6 +45,18 @@ def test_generator_is_deterministic_and_states_every_truth_value(kind: str) -> N
                 assert any(f in doc.text for f in surface_forms(value)), (kind, seed, value)
     assert generate(kind, 1).text != generate(kind, 2).text
     assert len(generate(kind, 3, records=2).records) == 2
+
+
+def test_answer_model_bounds_the_list_to_the_count() -> None:
+    kind = KINDS["log"]
+    bounded = kind.answer(3).model_json_schema()["properties"]["records"]
+    assert (bounded["minItems"], bounded["maxItems"]) == (3, 3)
+    open_list = kind.answer().model_json_schema()["properties"]["records"]
+    assert open_list["minItems"] == 1 and "maxItems" not in open_list
+    records = list(generate("log", 0, records=3).records)
+    assert kind.answer(3).model_validate({"records": records}).records[0].code == records[0]["code"]
+    with pytest.raises(ValidationError):
+        kind.answer(3).model_validate({"records": records[:2]})
 
 
 def test_unknown_kind_and_empty_document_are_refused() -> None:
@@ -126,6 +139,8 @@ def test_cases_are_a_prefix_with_kinds_alternating() -> None:
     assert len(logs) == COUNTS["dev"] // len(KINDS) and {d.kind for d in logs} == {"log"}
     prompt = extraction_prompt(docs[0])
     assert docs[0].text in prompt and "unit_price (number" in prompt
+    assert f"It lists {len(docs[0].records)} line items." in prompt
+    assert "It lists" not in extraction_prompt(docs[0], count_hint=False)
     with pytest.raises(ConfigError, match="unknown document kind"):
         ExtractWorkload(kinds=("memo",)).cases()
     assert main(["--policies", "nope", "--out", "/nonexistent/x"]) == 2
