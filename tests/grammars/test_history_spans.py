@@ -70,7 +70,7 @@ def test_runtime_prompt_labels_the_previous_call(default_model) -> None:
                 }
             ],
         },
-        {"role": "tool", "tool_call_id": "c1", "content": '{"temp": 21}'},
+        {"role": "tool", "tool_call_id": "c1", "content": "21 degrees"},  # prose: no labels
         {"role": "user", "content": "And Tokyo?"},
     ]
     outputs = OutputCompiler(default_model.tokenizer, default_model.model.config.vocab_size)

@@ -60,7 +60,7 @@ def history_call_spans(text: str, tools: Sequence[ToolSpec]) -> list[CharSpan]:
         if labels is None:
             continue
         done = start + len(labels)
-        spans.extend(_runs(start, labels))
+        spans.extend(label_runs(start, labels))
         for opening, closing in _WRAPPERS:
             if text.endswith(opening, 0, start) and text.startswith(closing, done):
                 spans.append((start - len(opening), start, "schema_scaffold"))
@@ -94,7 +94,8 @@ def _scan_call(node: Node, text: str, start: int) -> list[str] | None:
     return None  # the text ended inside the call
 
 
-def _runs(start: int, labels: list[str]) -> list[CharSpan]:
+def label_runs(start: int, labels: list[str]) -> list[CharSpan]:
+    """``(start, end, label)`` for each run of equal labels, the first at ``start``."""
     out: list[CharSpan] = []
     run_start = 0
     for i in range(1, len(labels) + 1):

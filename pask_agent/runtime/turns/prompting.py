@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pask_agent.grammars.json.history_spans import history_call_spans
+from pask_agent.grammars.json.result_spans import tool_result_spans
 from pask_agent.grammars.prompt import render_tool_prompt
 from pask_agent.grammars.span_labels import CharSpan, label_prompt_spans, labels_for_tokens
 from pask_agent.grammars.tool_spec import ToolSpec
@@ -43,7 +44,8 @@ def prepare_turn(
 
     ``label_spans(text)`` overrides how prompt spans are labelled (the SQL helper labels its
     DDL); by default the tool schemas rendered into the prompt are labelled, and so are the
-    calls earlier assistant turns made (``history_spans``: by structure, not as plain content).
+    calls earlier assistant turns made (``history_spans``) and the JSON results tools returned
+    (``result_spans``): by structure, not as plain content.
     """
     spec = TEXT
     specs: tuple[ToolSpec, ...] = ()
@@ -57,6 +59,15 @@ def prepare_turn(
         if label_spans is not None:
             spans = label_spans(text)
         else:
-            spans = [*label_prompt_spans(text, specs), *history_call_spans(text, specs)]
+            results = [
+                m["content"]
+                for m in messages
+                if m.get("role") == "tool" and isinstance(m.get("content"), str)
+            ]
+            spans = [
+                *label_prompt_spans(text, specs),
+                *history_call_spans(text, specs),
+                *tool_result_spans(text, results),
+            ]
         span_labels = labels_for_tokens(text, spans, tokenizer)
     return PreparedTurn(ids, span_labels, spec)
