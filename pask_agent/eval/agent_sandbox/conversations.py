@@ -24,7 +24,7 @@ from typing import Any
 
 from pask_agent.errors import ConfigError
 from pask_agent.eval.agent_sandbox import templates
-from pask_agent.eval.agent_sandbox.tools import Call, execute, result_text
+from pask_agent.eval.agent_sandbox.tools import SPECS, Call, execute, result_text
 from pask_agent.eval.agent_sandbox.world import World, make_world
 
 GENERATOR_VERSION = 1
@@ -102,6 +102,12 @@ class AgentConversation:
             for call in turn.gold:
                 execute(world, call)
         return world
+
+    def tool_names(self) -> tuple[str, ...]:
+        """The tools its gold calls use, in registry order: what the model is offered on every
+        turn (as a deployed agent is given its tools once, not the right one per turn)."""
+        used = {c.name for t in self.turns for c in t.gold}
+        return tuple(name for name in SPECS if name in used)
 
     def history_chars(self) -> int:
         return sum(len(m.get("content") or "") for m in self.messages(len(self.turns) - 1))
