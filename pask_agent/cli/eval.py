@@ -16,6 +16,7 @@ EVALS: dict[str, tuple[str, str]] = {
     "sql": ("pask_agent.eval.sql_eval", "text-to-SQL execution accuracy (SQLiteAssistant)"),
     "structured": ("pask_agent.eval.structured_eval", "BFCL cases as runtime.call outputs"),
     "multiturn": ("pask_agent.eval.multiturn_eval", "conversations chained from BFCL cases"),
+    "agent": ("pask_agent.eval.agent_eval", "sandbox conversations that must read their history"),
 }
 
 
