@@ -27,7 +27,7 @@ from pask_agent.eval.agent_sandbox import templates
 from pask_agent.eval.agent_sandbox.tools import SPECS, Call, execute, result_text
 from pask_agent.eval.agent_sandbox.world import World, make_world
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 MIN_TURNS = 12
 MAX_TURNS = 20
 MIN_HISTORY_CHARS = 15_000  # JSON results run about 2.5 characters per token
@@ -156,8 +156,9 @@ def generate_conversation(
     system = system_prompt(world)
     chars = before_last = len(system)
     uses: dict[str, int] = {}
+    asked: set[str] = set()  # gold calls so far: a request is never repeated word for word
     while len(turns) < max_turns and (len(turns) < min_turns or before_last < min_history_chars):
-        plan = _next_plan(memo, world, rng, uses)
+        plan = _next_plan(memo, world, rng, uses, asked)
         if plan is None:
             break
         result = execute(world, plan.call)
@@ -168,19 +169,29 @@ def generate_conversation(
                                plan.reply(result), plan.depends_on))  # fmt: skip
         memo.remember(plan.kind, len(turns) - 1, plan.call, result)
         uses[plan.kind] = uses.get(plan.kind, 0) + 1
+        asked.add(_key(plan.call))
         before_last = chars + len(plan.request)
         chars += len(plan.request) + len(text) + len(turns[-1].reply)
         chars += len(json.dumps(dict(plan.call.arguments)))
     return AgentConversation(conversation_id, world_seed, system, tuple(turns))
 
 
+def _key(call: Call) -> str:
+    return json.dumps(call.to_json(), sort_keys=True)
+
+
 def _next_plan(
-    memo: templates.Memo, world: World, rng: random.Random, uses: Mapping[str, int]
+    memo: templates.Memo,
+    world: World,
+    rng: random.Random,
+    uses: Mapping[str, int],
+    asked: set[str],
 ) -> templates.Plan | None:
     """A random applicable template: dependent ones weighted up (the point of the eval), each
     weighted down by how often it ran already (so the kinds stay mixed), the first turn always
     opening a thread. A template gets the world's copy and its own random generator, so one
-    that declines changes nothing."""
+    that declines changes nothing; a plan whose gold call was asked before is declined too
+    (the same request twice tests nothing new)."""
     first = not uses
     pool = list(templates.INDEPENDENT) + ([] if first else list(templates.DEPENDENT))
     weights = [
@@ -190,7 +201,7 @@ def _next_plan(
     while pool:
         (make,) = rng.choices(pool, weights)
         plan = make(memo, copy.deepcopy(world), random.Random(rng.random()))
-        if plan is not None:
+        if plan is not None and _key(plan.call) not in asked:
             return plan
         k = pool.index(make)
         del pool[k], weights[k]

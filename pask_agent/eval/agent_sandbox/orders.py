@@ -11,6 +11,7 @@ from typing import Any
 
 from pask_agent.eval.agent_sandbox.world import World, new_id
 
+PAGE = 6  # orders per listing, newest first, as a shop's API pages them
 STATUSES = ("all", "processing", "shipped", "delivered", "cancelled")
 
 SPECS: tuple[dict[str, Any], ...] = (
@@ -81,11 +82,13 @@ def list_orders(world: World, status: str = "all") -> dict[str, Any]:
     if status not in STATUSES:
         return {"error": f"unknown status {status!r}; use one of {list(STATUSES)}"}
     found = [o for o in world["orders"] if status == "all" or o["status"] == status]
+    newest = sorted(found, key=lambda o: o["placed"], reverse=True)[:PAGE]  # stable on ties
     return {
         "status": status,
         "count": len(found),
+        "showing": len(newest),
         "ship_to": world["user"]["address"],
-        "orders": [{k: v for k, v in o.items() if k != "ship_to"} for o in found],
+        "orders": [{k: v for k, v in o.items() if k != "ship_to"} for o in newest],
     }
 
 
