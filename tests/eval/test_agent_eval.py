@@ -172,3 +172,18 @@ def test_a_short_conversation_runs_through_one_runtime_conversation(
     assert set(body["per_turn"]) == {"full", "pask @ 0.50"}
     assert body["per_turn"]["full"]["turns"] == 2 and body["git_commit"]
     assert "Per-turn accuracy" in out.with_suffix(".md").read_text()
+
+
+def test_cases_cut_the_split_and_bad_input_is_refused(tmp_path: Path) -> None:
+    from pask_agent.errors import ConfigError
+
+    cases = AgentWorkload("test", count=3, turns=4, data=str(DATA)).cases()
+    assert [c.id for c in cases] == [f"agent-test-{i:03d}" for i in range(3)]
+    assert all(len(c.turns) == 4 for c in cases)
+    assert cases[0].messages(3)[-1]["content"] == cases[0].turns[3].request
+    with pytest.raises(ConfigError, match="unknown agent split"):
+        load_split("calibration", DATA)
+    with pytest.raises(ConfigError, match="split_files"):
+        load_split("dev", tmp_path)
+    with pytest.raises(ConfigError, match="turns >= 1"):
+        AgentWorkload("dev", turns=0, data=str(DATA)).cases()
