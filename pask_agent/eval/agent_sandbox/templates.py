@@ -38,7 +38,7 @@ class Plan:
 
 @dataclass
 class Memo:
-    """Earlier turns' results by kind: ``(turn index, what the request named, result)``."""
+    """Earlier turns' results by tool: ``(turn index, result)``, and the ids cancelled since."""
 
     searches: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     bookings: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
