@@ -17,6 +17,7 @@ EVALS: dict[str, tuple[str, str]] = {
     "structured": ("pask_agent.eval.structured_eval", "BFCL cases as runtime.call outputs"),
     "multiturn": ("pask_agent.eval.multiturn_eval", "conversations chained from BFCL cases"),
     "extract": ("pask_agent.eval.extract_eval", "long outputs: records extracted from documents"),
+    "agent": ("pask_agent.eval.agent_eval", "sandbox conversations that must read their history"),
 }
 
 

@@ -1,0 +1,129 @@
+"""File tools: ``list_files``, ``read_file_info``, ``send_email``.
+
+Why: a listing names files with their owners and sizes, and only the listing does; "email the
+owner of the largest file you listed" needs an address that no user message contains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pask_agent.eval.agent_sandbox.world import World, new_id
+
+SPECS: tuple[dict[str, Any], ...] = (
+    {
+        "name": "list_files",
+        "description": "List the files in a shared-drive folder with their owners and sizes.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "folder": {"type": "string", "description": "Folder name, e.g. Finance"},
+            },
+            "required": ["folder"],
+        },
+    },
+    {
+        "name": "read_file_info",
+        "description": "Get the full metadata of one file: path, owner, sharing, versions.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "file_id": {"type": "string", "description": "The file_id from list_files"},
+            },
+            "required": ["file_id"],
+        },
+    },
+    {
+        "name": "send_email",
+        "description": "Send an email from the user's account, optionally attaching a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "description": "Recipient email address"},
+                "subject": {"type": "string", "description": "Subject line"},
+                "attachment_file_id": {
+                    "type": "string",
+                    "description": "file_id of a file to attach (optional)",
+                },
+            },
+            "required": ["to", "subject"],
+        },
+    },
+)
+
+_LIST_KEYS = ("file_id", "name", "type", "owner", "size_bytes", "modified")
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
+        size /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def list_files(world: World, folder: str) -> dict[str, Any]:
+    found = [f for f in world["files"] if f["folder"].casefold() == folder.strip().casefold()]
+    if not found:
+        folders = sorted({f["folder"] for f in world["files"]})
+        return {"error": f"no folder named {folder!r}", "folders": folders}
+    return {
+        "folder": found[0]["folder"],
+        "file_count": len(found),
+        "files": [{k: f[k] for k in _LIST_KEYS} for f in found],
+    }
+
+
+def read_file_info(world: World, file_id: str) -> dict[str, Any]:
+    file = next((f for f in world["files"] if f["file_id"] == file_id.strip()), None)
+    if file is None:
+        return {"error": f"no file with id {file_id!r}"}
+    return {
+        "file_id": file["file_id"],
+        "name": file["name"],
+        "path": f"/shared/{file['folder']}/{file['name']}",
+        "type": file["type"],
+        "owner": {"name": file["owner_name"], "email": file["owner"]},
+        "size_bytes": file["size_bytes"],
+        "size": _human(file["size_bytes"]),
+        "created": file["created"],
+        "modified": file["modified"],
+        "version": file["version"],
+        "shared_with": file["shared_with"],
+        "description": file["description"],
+    }
+
+
+def send_email(
+    world: World, to: str, subject: str, attachment_file_id: str | None = None
+) -> dict[str, Any]:
+    attachment = None
+    if attachment_file_id is not None:
+        file = next((f for f in world["files"] if f["file_id"] == attachment_file_id), None)
+        if file is None:
+            return {"error": f"no file with id {attachment_file_id!r} to attach"}
+        attachment = {"file_id": file["file_id"], "name": file["name"]}
+    if "@" not in to:
+        return {"error": f"{to!r} is not an email address"}
+    email = {
+        "message_id": new_id(world, "MSG"),
+        "from": world["user"]["email"],
+        "to": to.strip(),
+        "subject": subject,
+        "attachment": attachment,
+    }
+    world["emails"].append(email)
+    known = {c["email"]: c for c in world["colleagues"]}
+    recipient = known.get(email["to"], {})
+    return {
+        **email,
+        "status": "sent",
+        "sent_at": f"{world['today']}T10:{world['counter'] % 60:02d}:00Z",
+        "recipient": {"name": recipient.get("name"), "department": recipient.get("department"),
+                      "in_directory": bool(recipient)},
+        "folder": "Sent",
+    }  # fmt: skip
+
+
+FUNCTIONS = {"list_files": list_files, "read_file_info": read_file_info,
+             "send_email": send_email}  # fmt: skip
