@@ -28,6 +28,7 @@ from pask_agent.eval.extract_docs import (
     answer_json,
     generate_split,
 )
+from pask_agent.eval.splits import existing_split
 from pask_agent.package_data import calibration_data_dir
 
 SPLITS: tuple[str, ...] = ("dev", "test")
@@ -118,11 +119,7 @@ def load_split(path: Path | None = None) -> ExtractSplit:
     ConfigError
         The file is missing or malformed (the message names the command that writes it).
     """
-    path = path or split_file()
-    if not path.is_file():
-        raise ConfigError(
-            f"no extraction split at {path}; write it with: python -m pask_agent.eval.extract_split"
-        )
+    path = existing_split(path or split_file(), "extraction split", "pask_agent.eval.extract_split")
     try:
         header, *rows = (json.loads(line) for line in path.read_text("utf-8").splitlines())
         docs = tuple(Document.from_json(r) for r in rows)

@@ -133,6 +133,14 @@ def split_file() -> Path:
     return calibration_data_dir() / "splits" / "bfcl.json"
 
 
+def existing_split(path: Path, what: str, module: str) -> Path:
+    """``path`` if the split file is there; else a ``ConfigError`` naming the command that
+    writes it (splits are fixed files, never drawn afresh by an eval)."""
+    if not path.is_file():
+        raise ConfigError(f"no {what} at {path}; write it with: python -m {module}")
+    return path
+
+
 def load_split_file(path: Path | None = None) -> BfclSplit:
     """Read the split file.
 
@@ -141,11 +149,7 @@ def load_split_file(path: Path | None = None) -> BfclSplit:
     ConfigError
         The file is missing or malformed (the message names the command that writes it).
     """
-    path = path or split_file()
-    if not path.is_file():
-        raise ConfigError(
-            f"no BFCL split file at {path}; write it with: python -m pask_agent.eval.splits"
-        )
+    path = existing_split(path or split_file(), "BFCL split file", "pask_agent.eval.splits")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         ids = {cat: {p: tuple(parts[p]) for p in PARTITIONS} for cat, parts in data["ids"].items()}
