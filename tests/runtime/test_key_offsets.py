@@ -16,7 +16,12 @@ from pask_agent.policy.snapkv import SnapKVPolicy
 from pask_agent.policy.uniform import UniformPolicy
 from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
 from pask_agent.runtime.memory.kv_store import KVStore
-from pask_agent.runtime.models.key_offsets import measure_key_offsets
+from pask_agent.runtime.models import key_offsets as key_offsets_module
+from pask_agent.runtime.models.key_offsets import (
+    cached_key_offsets,
+    measure_key_offsets,
+    offsets_cache_key,
+)
 from pask_agent.runtime.models.loading import load_tokenizer
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 
@@ -97,6 +102,41 @@ def test_offsets_are_the_mean_key_and_measured_once(tiny) -> None:
     again = measure_key_offsets(tiny.model, tiny.tokenizer)
     assert torch.equal(again, offsets)
     assert tiny.model.config._attn_implementation in ("pask", "sdpa")
+
+
+def test_offsets_are_measured_once_per_weights_and_read_back_by_later_processes(
+    smollm2, tmp_path, monkeypatch
+) -> None:
+    """The offsets file stands in for the forward pass only for the same weights and prompt."""
+    model, tokenizer, folder = smollm2.model, smollm2.tokenizer, smollm2.path
+    key = offsets_cache_key(model, tokenizer, folder)
+    assert key is not None and len(key) == 24
+    first = cached_key_offsets(model, tokenizer, folder, tmp_path)
+    assert torch.equal(first, smollm2.key_offsets)  # what the model measures in this process
+    assert [p.name for p in (tmp_path / "key_offsets").iterdir()] == [f"{key}.pt"]
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("measured again although the cache holds these weights")
+
+    monkeypatch.setattr(key_offsets_module, "measure_key_offsets", no_forward)
+    assert torch.equal(cached_key_offsets(model, tokenizer, folder, tmp_path), first)
+    # a model built in memory (no weight files in its folder) has no key: always measured
+    assert offsets_cache_key(model, tokenizer, tmp_path) is None
+    # an unreadable file is measured again and replaced, never returned
+    (tmp_path / "key_offsets" / f"{key}.pt").write_bytes(b"not a tensor")
+    with pytest.raises(AssertionError, match="measured again"):
+        cached_key_offsets(model, tokenizer, folder, tmp_path)
+    monkeypatch.undo()
+    assert torch.equal(cached_key_offsets(model, tokenizer, folder, tmp_path), first)
+    assert [p.suffix for p in (tmp_path / "key_offsets").iterdir()] == [".pt"]  # no temp left
+
+
+def test_other_weights_or_prompts_get_another_key(smollm2, tiny) -> None:
+    key = offsets_cache_key(smollm2.model, smollm2.tokenizer, smollm2.path)
+    # a random model claiming SmolLM2's folder: its config and embedding differ
+    assert offsets_cache_key(tiny.model, tiny.tokenizer, smollm2.path) not in (None, key)
+    # SmolLM2's weights, another tokenizer: other token ids are measured
+    assert offsets_cache_key(smollm2.model, tiny.tokenizer, smollm2.path) != key
 
 
 def _int4_error(loaded, prompt: str, *, center: bool) -> float:

@@ -10,20 +10,35 @@ their error. On the default model INT4 keys, not values, carry most of the error
 quantizing a prompt adds (``eval/int4_keys.py``; docs/policies.md, "Centered keys").
 
 ``μ`` is a property of the model, measured once when the runtime opens: the mean key of each
-layer and KV head over a fixed chat prompt (prose, a tool schema, SQL DDL and code, about 700
+layer and KV head over a fixed chat prompt (prose, a tool schema, SQL DDL and code, about 1,400
 tokens on the default model), sinks excluded, after RoPE, as the store sees keys. Only
 sequences whose policy may store INT4 are centered (``KVStore.add_sequence(centered=True)``);
 Full KV and the release-only baselines store their keys exactly as before.
+
+That forward pass costs seconds on a CPU (about 8 s for SmolLM2 on one core, several times that
+for the default model), paid by every process that opens a runtime: a server's start, each CLI
+call. ``cached_key_offsets`` keeps the result in the user cache, keyed by what it depends on
+(the weight files' path, size and mtime, the dtype, the prompt's token ids, the torch
+version), so only the first process measures.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import pickle
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from pask_agent.errors import ConfigError
 from pask_agent.runtime.models.seam import cache_argument, stock_attention
+
+log = logging.getLogger(__name__)
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 # A fixed mix of what the runtime serves, sent twice as a system message before one question;
 # its tokens' keys are averaged (after the sinks).
@@ -65,6 +80,14 @@ def offset_prompt(tokenizer: Any) -> str:
     return OFFSET_SYSTEM * 2 + OFFSET_QUESTION
 
 
+def offset_ids(model: Any, tokenizer: Any) -> torch.Tensor:
+    """``[1, T]`` the token ids of ``offset_prompt`` the model can embed (a test model paired
+    with a larger tokenizer embeds only its own ids)."""
+    text = offset_prompt(tokenizer)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    return ids[:, ids[0] < model.config.vocab_size]
+
+
 def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.Tensor:
     """``[layers, kv_heads, head_dim]`` fp32: the mean post-RoPE key over ``offset_prompt``.
 
@@ -79,10 +102,7 @@ def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.T
     """
     from transformers import DynamicCache
 
-    text = offset_prompt(tokenizer)
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    # a test model paired with a larger tokenizer embeds only its own ids
-    ids = ids[:, ids[0] < model.config.vocab_size].to(model.device)
+    ids = offset_ids(model, tokenizer).to(model.device)
     if ids.shape[1] <= skip:
         n = ids.shape[1]
         raise ConfigError(f"the model embeds {n} tokens of the offset text; need more than {skip}")
@@ -91,3 +111,61 @@ def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.T
         model(input_ids=ids, use_cache=True, **{cache_argument(model): cache})
     means = [layer.keys[0, :, skip:].float().mean(dim=1) for layer in cache.layers]
     return torch.stack(means)  # [L, Hkv, D]
+
+
+def offsets_cache_key(model: Any, tokenizer: Any, folder: Path, *, skip: int = 4) -> str | None:
+    """What the offsets of ``model`` depend on, hashed; None when its folder holds no weight
+    files (a model built in memory has no identity to key on). Besides the files' stat, the
+    config and a few values of the first parameter (the embedding, which oneDNN prepacking
+    leaves alone) go in, so a model that was not loaded from that folder never reads its
+    offsets."""
+    files = [f for f in folder.glob("*") if f.suffix in WEIGHT_SUFFIXES] if folder.is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    parts = [str(folder.resolve()), str(model.dtype), torch.__version__, str(skip)]
+    parts += [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in sorted(files)]
+    parts.append(model.config.to_json_string())
+    for part in parts:
+        digest.update(part.encode() + b"\0")
+    digest.update(offset_ids(model, tokenizer).numpy().tobytes())
+    first = next(model.parameters())
+    digest.update(first.detach().flatten()[:256].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+def cached_key_offsets(model: Any, tokenizer: Any, folder: Path, cache_dir: Path) -> torch.Tensor:
+    """:func:`measure_key_offsets`, read from ``cache_dir`` when an earlier process measured the
+    same weights (``offsets_cache_key``), else measured and written there atomically. A file
+    that does not read back as the model's shape is measured again; a cache that cannot be
+    written only costs the next process the measurement."""
+    key = offsets_cache_key(model, tokenizer, folder)
+    if key is None:
+        return measure_key_offsets(model, tokenizer)
+    target = cache_dir / "key_offsets" / f"{key}.pt"
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (config.num_hidden_layers, heads, head_dim)
+    if target.is_file():
+        try:
+            stored = torch.load(target, weights_only=True)
+            if isinstance(stored, torch.Tensor) and tuple(stored.shape) == shape:
+                return stored.to(model.device)
+        except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+            log.warning("key offsets cache %s unreadable (%s); measuring again", target, exc)
+    offsets = measure_key_offsets(model, tokenizer)
+    tmp: str | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
+        os.close(fd)
+        torch.save(offsets.cpu(), tmp)
+        os.replace(tmp, target)
+        tmp = None
+    except OSError as exc:
+        log.warning("key offsets not cached at %s: %s", target, exc)
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return offsets

@@ -42,7 +42,7 @@ from pask_agent.errors import (
     ModelHashMismatchError,
     ModelNotAvailableError,
 )
-from pask_agent.runtime.models.key_offsets import measure_key_offsets
+from pask_agent.runtime.models.key_offsets import cached_key_offsets
 from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -103,8 +103,9 @@ class LoadedModel:
 
     @cached_property
     def key_offsets(self) -> torch.Tensor:
-        """The model's per-channel key offsets (``key_offsets.py``), measured on first use."""
-        return measure_key_offsets(self.model, self.tokenizer)
+        """The model's per-channel key offsets (``key_offsets.py``), measured on first use by
+        the first process that opens these weights, read from the user cache by the others."""
+        return cached_key_offsets(self.model, self.tokenizer, self.path, cache_root())
 
 
 def cache_root() -> Path:
