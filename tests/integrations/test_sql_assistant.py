@@ -129,9 +129,11 @@ def test_examples_are_written_from_the_database_and_precede_the_question(
 
 @pytest.mark.slow
 def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
-    """Shared runtime (runtime=None): a real answer, then adversarial questions."""
+    """Shared runtime (runtime=None): a real answer, then adversarial questions. One greedy
+    candidate each: the grammar, not the vote, keeps every query a SELECT (the vote has its
+    own default-model test in test_sql_vote.py)."""
     before = _sha256(shop_copy)
-    assistant = SQLiteAssistant(shop_copy)
+    assistant = SQLiteAssistant(shop_copy, candidates=1)
 
     async def ask_all() -> list:
         questions = [
@@ -156,7 +158,8 @@ def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
 
 @pytest.mark.slow
 def test_cli_prints_sql_and_rows(shop_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli_main(["sql", "--db", str(shop_copy), "--question", "How many suppliers are there?"])
+    argv = ["sql", "--db", str(shop_copy), "--question", "How many suppliers are there?"]
+    code = cli_main([*argv, "--candidates", "1"])
     out = capsys.readouterr().out
     assert code == 0
     sql, _, table = out.partition("\n\n")

@@ -166,8 +166,8 @@ def test_default_model_copies_the_shape_of_a_near_known_query(default_model: Any
 
     async def main() -> tuple[Any, Any]:
         async with Runtime.open(default_model) as rt:
-            assistant = SQLiteAssistant(
-                sample_data_dir() / "shop.sqlite", runtime=rt, known_queries=known
+            assistant = SQLiteAssistant(  # greedy: the copy is the model's, not the vote's
+                sample_data_dir() / "shop.sqlite", runtime=rt, known_queries=known, candidates=1
             )
             try:
                 question = "What share of the products are in the Kitchen category?"

@@ -162,7 +162,8 @@ def test_default_model_asked_for_attach_pragma_writes_and_extensions(
 
     async def main() -> list[Any]:
         async with Runtime.open(default_model) as rt:
-            assistant = SQLiteAssistant(shop, runtime=rt, max_new_tokens=64)
+            # greedy: the grammar keeps every query a SELECT whichever candidate is decoded
+            assistant = SQLiteAssistant(shop, runtime=rt, max_new_tokens=64, candidates=1)
             try:
                 return [await assistant.ask(q) for q in QUESTIONS]
             finally:

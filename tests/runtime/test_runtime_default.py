@@ -67,7 +67,7 @@ def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
     cases = [
         c
         for cat in ("simple_python", "multiple", "parallel", "parallel_multiple")
-        for c in load_bfcl(cat, limit=3)
+        for c in load_bfcl(cat, limit=1)
     ]
 
     async def main() -> None:
@@ -81,7 +81,7 @@ def test_pydantic_schemas_and_bfcl_calls(default_model) -> None:
             async def bfcl_call(i: int) -> None:
                 calls[i] = await rt.chat(**cases[i].request(), max_new_tokens=160)
 
-            async with anyio.create_task_group() as tg:  # all 17 requests batched together
+            async with anyio.create_task_group() as tg:  # all 9 requests batched together
                 for i in range(len(CASES)):
                     tg.start_soon(schema_call, i)
                 for i in range(len(cases)):
