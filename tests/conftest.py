@@ -10,6 +10,7 @@ import os
 import re
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,6 +103,67 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 _WORKER_FIGURES: list[dict] = []
 
 
+class _TreeMemory:
+    """The suite's real peak: the proportional set size (PSS) of pytest and every process it
+    started (xdist workers, the subprocesses tests run), summed and sampled twice a second.
+
+    PSS splits a page shared by several processes among them, so shared libraries and a model
+    file two processes map count once; summing each worker's own peak (``VmHWM``) counts
+    them twice and adds peaks that never coincide. Linux only (``/proc``)."""
+
+    def __init__(self) -> None:
+        self.peak_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="suite-memory", daemon=True)
+
+    def start(self) -> None:
+        if Path("/proc/self/smaps_rollup").exists():
+            self._thread.start()
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in GiB (0.0 where ``/proc`` cannot tell)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=2)
+        return self.peak_kib / 2**20
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak_kib = max(self.peak_kib, self._sample())
+
+    @staticmethod
+    def _sample() -> int:
+        parents: dict[int, int] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # the process ended
+            parents[int(stat.parent.name)] = int(fields[1])
+        tree, grew = {os.getpid()}, True
+        while grew:
+            more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
+            tree |= more
+            grew = bool(more)
+        total = 0
+        for pid in tree:
+            try:
+                rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+            except OSError:
+                continue
+            found = re.search(r"^Pss:\s+(\d+) kB", rollup, re.M)
+            total += int(found.group(1)) if found else 0
+        return total
+
+
+_TREE_MEMORY = _TreeMemory()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        _TREE_MEMORY.start()
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     figures = getattr(node, "workeroutput", {}).get("pask_memory")
@@ -116,6 +178,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     peak together). For subprocesses only ``ru_maxrss`` of the largest child exists, and Linux
     keeps a forked child's inherited peak across exec, so that figure is an upper bound too."""
     minutes = (time.monotonic() - _SUITE_STARTED) / 60
+    tree_peak = _TREE_MEMORY.stop()
+    if tree_peak:
+        terminalreporter.write_line(
+            f"suite peak memory: {tree_peak:.2f} GiB (PSS of pytest, its workers and every "
+            "subprocess, summed, sampled every 0.5 s)"
+        )
     workers = _WORKER_FIGURES or [_own_figures()]
     peaks = " + ".join(f"{w['hwm']:.2f}" for w in workers)
     child = max(w["child"] for w in workers)
