@@ -36,6 +36,10 @@ def test_prepacked_model_gives_the_same_logits() -> None:
         want, got = dense(ids).logits, packed(ids).logits
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert step_weight_bytes(packed) == before  # the same bytes, now held by oneDNN
+    # a second runtime on the same model converts nothing and copies nothing
+    embedding = packed.get_input_embeddings().weight.data_ptr()
+    assert prepack_linear_layers(packed) == 0
+    assert packed.get_input_embeddings().weight.data_ptr() == embedding
 
 
 def test_tied_head_keeps_reading_the_embedding() -> None:

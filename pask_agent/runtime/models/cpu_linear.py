@@ -127,12 +127,16 @@ def prepack_linear_layers(model: nn.Module) -> int:
         for name, child in parent.named_children()
         if _eligible(child)
     ]
+    if not swaps:  # converted already (a second runtime on the same model), or nothing to do
+        return 0
     linears = {id(child) for _, _, child in swaps}
     rest = [m for m in model.modules() if id(m) not in linears]
     files, madvise = _file_mappings(), _libc_madvise()
     with torch.no_grad():  # out of the checkpoint's file mapping (see the module docstring)
         for module in rest:
             for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+                if t.layout != torch.strided:
+                    continue  # a oneDNN tensor: our own copy, never a file mapping
                 mapped, t.data = t.data, t.data.clone()
                 if files and madvise is not None:
                     _drop_file_pages(mapped, files, madvise)
