@@ -53,7 +53,8 @@ def test_parity_smollm2(smollm2, backend: str) -> None:
 
 @pytest.mark.slow
 def test_parity_default_model(default_model) -> None:
-    assert _check_parity(default_model) < 0.5
+    # 32 tokens: past the 4 + 16 protected tokens the window holds, like SmolLM2's 64
+    assert _check_parity(default_model, new_tokens=32) < 0.5
 
 
 def test_int4_decoding_is_the_same_through_either_kernel_smollm2(smollm2) -> None:
