@@ -112,7 +112,9 @@ def test_offsets_are_measured_once_per_weights_and_read_back_by_later_processes(
     key = offsets_cache_key(model, tokenizer, folder)
     assert key is not None and len(key) == 24
     first = cached_key_offsets(model, tokenizer, folder, tmp_path)
-    assert torch.equal(first, smollm2.key_offsets)  # what the model measures in this process
+    # what the model holds, which another process may have measured: equal up to fp32 rounding
+    # (that process's thread count, or oneDNN layers, sum in another order)
+    torch.testing.assert_close(first, smollm2.key_offsets, rtol=1e-4, atol=1e-5)
     assert [p.name for p in (tmp_path / "key_offsets").iterdir()] == [f"{key}.pt"]
 
     def no_forward(*args, **kwargs):
