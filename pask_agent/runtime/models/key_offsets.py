@@ -19,7 +19,9 @@ That forward pass costs seconds on a CPU (about 8 s for SmolLM2 on one core, sev
 for the default model), paid by every process that opens a runtime: a server's start, each CLI
 call. ``cached_key_offsets`` keeps the result in the user cache, keyed by what it depends on
 (the weight files' path, size and mtime, the dtype, the prompt's token ids, the torch
-version), so only the first process measures.
+version), so only the first process measures. What it measured is what every later process
+uses, equal to a fresh measurement up to fp32 rounding (thread count and oneDNN layers change
+the order of sums).
 """
 
 from __future__ import annotations
