@@ -9,10 +9,13 @@ faults for the same 20 steps), which no assertion can compare against.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from pask_agent.runtime.memory import host_memory
 
@@ -64,3 +67,35 @@ def test_retained_memory_is_reused_without_page_faults() -> None:
 def test_other_platforms_are_left_alone(monkeypatch) -> None:
     monkeypatch.setattr(host_memory.sys, "platform", "darwin")
     assert host_memory.retain_freed_host_memory() is False
+
+
+def _resident_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_released_file_pages_read_back_and_anonymous_memory_is_left_alone(tmp_path) -> None:
+    import numpy as np
+
+    from pask_agent.runtime.memory.host_memory import FileMappings
+
+    values = np.arange(1 << 20, dtype=np.float32)  # 4 MiB: many whole pages
+    values.tofile(tmp_path / "weights.bin")
+    mapped = torch.from_numpy(np.memmap(tmp_path / "weights.bin", dtype=np.float32, mode="c"))
+    anonymous = torch.from_numpy(values.copy())
+    mappings = FileMappings.of_this_process()
+    assert any(lo <= mapped.data_ptr() < hi for lo, hi in mappings.spans)
+    assert not any(lo <= anonymous.data_ptr() < hi for lo, hi in mappings.spans)
+    assert float(mapped.sum()) > 0 and _resident_kib(tmp_path / "weights.bin") >= 4000
+    mappings.release(mapped)
+    mappings.release(anonymous)
+    assert _resident_kib(tmp_path / "weights.bin") < 100  # the file's pages left the process
+    assert torch.equal(mapped, torch.from_numpy(values))  # faulted back in from the file
+    assert torch.equal(anonymous, torch.from_numpy(values))  # never dropped: no zeros

@@ -27,14 +27,10 @@ against 2.9 GB once done; the test checks the peak too.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import mmap
-import sys
-from pathlib import Path
-
 import torch
 from torch import nn
+
+from pask_agent.runtime.memory.host_memory import FileMappings
 
 __all__ = ["OneDNNLinear", "prepack_linear_layers", "step_weight_bytes"]
 
@@ -68,44 +64,6 @@ class OneDNNLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"
 
 
-def _file_mappings() -> list[tuple[int, int]]:
-    """``(start, end)`` of this process's mappings of regular files (Linux; else none)."""
-    maps = Path("/proc/self/maps")
-    if not sys.platform.startswith("linux") or not maps.exists():
-        return []
-    spans = []
-    for line in maps.read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith("/"):
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            spans.append((start, end))
-    return spans
-
-
-def _libc_madvise() -> object | None:
-    name = ctypes.util.find_library("c") if sys.platform.startswith("linux") else None
-    if not name:
-        return None
-    madvise = ctypes.CDLL(name, use_errno=True).madvise
-    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    return madvise
-
-
-def _drop_file_pages(t: torch.Tensor, files: list[tuple[int, int]], madvise: object) -> None:
-    """Drop the whole pages of ``t`` that lie in a file mapping from this process's memory.
-
-    Only file-backed pages: the file still holds their bytes, so whoever reads them again
-    (a neighbour in the same checkpoint) faults them back in unchanged. Anonymous memory is
-    never touched."""
-    start, size = t.data_ptr(), t.numel() * t.element_size()
-    if not any(lo <= start and start + size <= hi for lo, hi in files):
-        return
-    page = mmap.PAGESIZE
-    first, last = -(-start // page) * page, (start + size) // page * page
-    if last > first:
-        madvise(first, last - first, 4)  # type: ignore[operator]  # MADV_DONTNEED
-
-
 def _eligible(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (
@@ -131,23 +89,21 @@ def prepack_linear_layers(model: nn.Module) -> int:
         return 0
     linears = {id(child) for _, _, child in swaps}
     rest = [m for m in model.modules() if id(m) not in linears]
-    files, madvise = _file_mappings(), _libc_madvise()
+    mapped_files = FileMappings.of_this_process()
     with torch.no_grad():  # out of the checkpoint's file mapping (see the module docstring)
         for module in rest:
             for t in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
                 if t.layout != torch.strided:
                     continue  # a oneDNN tensor: our own copy, never a file mapping
                 mapped, t.data = t.data, t.data.clone()
-                if files and madvise is not None:
-                    _drop_file_pages(mapped, files, madvise)
+                mapped_files.release(mapped)
     others = {p.data_ptr() for m in rest for p in m.parameters(recurse=False)}
     for parent, name, child in swaps:
         shared = child.weight.data_ptr() in others
         setattr(parent, name, OneDNNLinear(child, shared=shared))
-        if files and madvise is not None:  # its copy exists: the checkpoint's pages can go
-            for t in (child.weight, child.bias):
-                if t is not None:
-                    _drop_file_pages(t, files, madvise)
+        for t in (child.weight, child.bias):  # its copy exists: the checkpoint's pages can go
+            if t is not None:
+                mapped_files.release(t)
     return len(swaps)
 
 

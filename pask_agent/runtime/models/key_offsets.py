@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from pask_agent.errors import ConfigError
+from pask_agent.runtime.memory.kv_layout import KVLayout
 from pask_agent.runtime.models.seam import cache_argument, stock_attention
 
 log = logging.getLogger(__name__)
@@ -145,10 +146,8 @@ def cached_key_offsets(model: Any, tokenizer: Any, folder: Path, cache_dir: Path
     if key is None:
         return measure_key_offsets(model, tokenizer)
     target = cache_dir / "key_offsets" / f"{key}.pt"
-    config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = (config.num_hidden_layers, heads, head_dim)
+    layout = KVLayout.from_config(model.config)
+    shape = (layout.num_layers, layout.num_kv_heads, layout.head_dim)
     if target.is_file():
         try:
             stored = torch.load(target, weights_only=True)
