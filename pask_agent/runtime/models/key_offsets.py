@@ -15,13 +15,12 @@ tokens on the default model), sinks excluded, after RoPE, as the store sees keys
 sequences whose policy may store INT4 are centered (``KVStore.add_sequence(centered=True)``);
 Full KV and the release-only baselines store their keys exactly as before.
 
-That forward pass costs seconds on a CPU (about 8 s for SmolLM2 on one core, several times that
-for the default model), paid by every process that opens a runtime: a server's start, each CLI
-call. ``cached_key_offsets`` keeps the result in the user cache, keyed by what it depends on
-(the weight files' path, size and mtime, the dtype, the prompt's token ids, the torch
-version), so only the first process measures. What it measured is what every later process
-uses, equal to a fresh measurement up to fp32 rounding (thread count and oneDNN layers change
-the order of sums).
+That forward pass over about 1,400 tokens costs seconds on a CPU, paid by every process that
+opens a runtime: a server's start, each CLI call. ``cached_key_offsets`` keeps the result in
+the user cache, keyed by what it depends on (the weight files' path, size and mtime, the dtype,
+the config, the prompt's token ids, the torch version), so only the first process measures.
+What it measured is what every later process uses, equal to a fresh measurement up to fp32
+rounding (thread count and oneDNN layers change the order of sums).
 """
 
 from __future__ import annotations
