@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import gc
@@ -9,7 +10,9 @@ import json
 import os
 import re
 import resource
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -55,11 +58,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     10 GB limit is kept by finding what holds memory, and session fixtures show up on the
     first test that asks for them."""
     before = _status_gib("VmRSS")
+    _TREE_MEMORY.note_running(item.nodeid)
     yield
     if nextitem is None or nextitem.module is not item.module:
+        _close_integration_runtimes()
         gc.collect()  # a module's fixtures are gone: free what their reference cycles held
     _give_back_freed_heap()
     _RSS_GROWTH.append((_status_gib("VmRSS") - before, item.nodeid))
+
+
+def _close_integration_runtimes() -> None:
+    """Stop the runtimes LangChain models and SQL assistants opened for the file that ended.
+
+    Those share one runtime per model through a process-wide registry that serves until the
+    process exits (``integrations/_portal.py``): right for an application, but in a worker it
+    kept a default-model runtime (its model and KV pools) alive through every later file.
+    The next file that needs one opens it again."""
+    portal = sys.modules.get("pask_agent.integrations._portal")
+    if portal is not None:
+        portal.runtime_registry().close_all()
 
 
 def _give_back_freed_heap() -> None:
@@ -113,26 +130,56 @@ class _TreeMemory:
 
     def __init__(self) -> None:
         self.peak_kib = 0
+        self.peak_parts: list[tuple[int, str]] = []  # (KiB, what) of each process at the peak
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="suite-memory", daemon=True)
 
     def start(self) -> None:
         if Path("/proc/self/smaps_rollup").exists():
+            # workers (started after this, with this environment) say which test they run
+            os.environ["PASK_SUITE_RUNNING_DIR"] = tempfile.mkdtemp(prefix="pask-suite-")
             self._thread.start()
+
+    @staticmethod
+    def note_running(nodeid: str) -> None:
+        """Leave this process's current test where the sampler reads it (a worker's part of the
+        peak is then named by its test, not by pytest's command line)."""
+        folder = os.environ.get("PASK_SUITE_RUNNING_DIR")
+        if folder:
+            with contextlib.suppress(OSError):
+                Path(folder, str(os.getpid())).write_text(nodeid)
 
     def stop(self) -> float:
         """Stop sampling; the peak in GiB (0.0 where ``/proc`` cannot tell)."""
+        if not self._thread.is_alive():
+            return 0.0  # never started here: an xdist worker (the controller samples)
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=2)
+        self._thread.join(timeout=2)
+        shutil.rmtree(os.environ.get("PASK_SUITE_RUNNING_DIR", ""), ignore_errors=True)
         return self.peak_kib / 2**20
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            self.peak_kib = max(self.peak_kib, self._sample())
+            parts = self._sample()
+            total = sum(kib for kib, _ in parts)
+            if total > self.peak_kib:
+                self.peak_kib, self.peak_parts = total, sorted(parts, reverse=True)
 
     @staticmethod
-    def _sample() -> int:
+    def _what(pid: int) -> str:
+        folder = os.environ.get("PASK_SUITE_RUNNING_DIR", "")
+        try:
+            return "test " + Path(folder, str(pid)).read_text()
+        except OSError:
+            pass
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return "?"
+        return " ".join(a.decode(errors="replace") for a in argv).replace("\n", " ")[:120]
+
+    @classmethod
+    def _sample(cls) -> list[tuple[int, str]]:
         parents: dict[int, int] = {}
         for stat in Path("/proc").glob("[0-9]*/stat"):
             try:
@@ -145,15 +192,16 @@ class _TreeMemory:
             more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
             tree |= more
             grew = bool(more)
-        total = 0
+        parts = []
         for pid in tree:
             try:
                 rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
             except OSError:
                 continue
             found = re.search(r"^Pss:\s+(\d+) kB", rollup, re.M)
-            total += int(found.group(1)) if found else 0
-        return total
+            if found:
+                parts.append((int(found.group(1)), cls._what(pid)))
+        return parts
 
 
 _TREE_MEMORY = _TreeMemory()
@@ -184,6 +232,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"suite peak memory: {tree_peak:.2f} GiB (PSS of pytest, its workers and every "
             "subprocess, summed, sampled every 0.5 s)"
         )
+        for kib, what in _TREE_MEMORY.peak_parts:
+            if kib >= 2**18:  # a quarter GiB
+                terminalreporter.write_line(f"  at the peak: {kib / 2**20:.2f} GiB {what}")
     workers = _WORKER_FIGURES or [_own_figures()]
     peaks = " + ".join(f"{w['hwm']:.2f}" for w in workers)
     child = max(w["child"] for w in workers)
@@ -213,8 +264,25 @@ def smollm2():
     return load_model("smollm2-135m")
 
 
-@pytest.fixture(scope="session")
+# The default model a worker holds between test files (about 3 GB once converted for oneDNN).
+# Not a session fixture: a file whose subprocesses load the default model themselves asks for
+# ``no_default_model_here`` and the worker lets its copy go meanwhile, so the suite never holds
+# three copies at once (two workers and a subprocess: the suite's peak, over 10 GB).
+_DEFAULT_MODEL: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
 def default_model():
     from pask_agent.runtime.models.loading import load_model
 
-    return load_model("default")
+    if "default" not in _DEFAULT_MODEL:
+        _DEFAULT_MODEL["default"] = load_model("default")  # ~8 s again after an eviction
+    return _DEFAULT_MODEL["default"]
+
+
+@pytest.fixture(scope="module")
+def no_default_model_here() -> None:
+    """For files whose subprocesses load the default model: this worker drops its own copy."""
+    _DEFAULT_MODEL.clear()
+    gc.collect()
+    _give_back_freed_heap()

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+# its subprocesses load the default model: this worker's copy goes meanwhile
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # The server quickstart talks to a running `pask-agent serve`:

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+# its subprocesses load the default model: this worker's copy goes meanwhile
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = [
     {

@@ -73,6 +73,7 @@ print(replaced, *kib, checkpoint // 1024)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.usefixtures("no_default_model_here")  # the probe loads its own copy
 def test_default_model_leaves_its_checkpoint_pages_behind() -> None:
     """On the real default model: every linear layer is converted, and the checkpoint pages the
     conversion read do not stay resident, neither after it (the file mapping is let go) nor
