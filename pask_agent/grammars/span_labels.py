@@ -40,6 +40,7 @@ LABEL_PRIORITY: tuple[str, ...] = (
     "type_constraint",
     "schema_description",
     "schema_scaffold",
+    "template_text",
 )
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)

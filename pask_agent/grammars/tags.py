@@ -35,7 +35,10 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "sql": {"cls": CLASSES, "role": SQL_ROLES, "state": SQL_STATES, "next": NEXTS},
 }
 
-# Prompt-span labels for the prefill companion (App. A.3, Table 6).
+# Prompt-span labels for the prefill companion (App. A.3, Table 6), plus ``template_text``: the
+# chat template's own text, apart from the messages' content (grammars/chat_spans.py). A table
+# written before a label existed lists a prefix of these; the labels it lacks plan by its
+# ``prefill_default``, as before they were told apart.
 SPAN_LABELS: tuple[str, ...] = (
     "protected_content",
     "schema_scaffold",
@@ -44,6 +47,7 @@ SPAN_LABELS: tuple[str, ...] = (
     "type_constraint",
     "enum_constraint",
     "schema_description",
+    "template_text",
 )
 
 

@@ -99,6 +99,9 @@ _PREFILL_RULES: dict[str, tuple[tuple[tuple[str, str], ...], tuple[float, float]
     "type_constraint": ((("L", "L"),) * 3, (1.5, 0.8)),
     "enum_constraint": (_NAME_FLOORS, (3.0, 2.0)),
     "schema_description": ((("L", "R"),) * 3, (1.0, 0.3)),
+    # the chat template's own text (role markers, tool preamble, format instructions): the
+    # grammar enforces what it says, so it goes first (grammars/chat_spans.py)
+    "template_text": ((("R", "R"),) * 3, (0.2, 0.05)),
 }
 _DEFAULT_TIE_ORDER = (
     [tie_key(c, "R->L") for c in range(NUM_GROUPS)]

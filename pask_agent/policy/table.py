@@ -97,8 +97,10 @@ class PolicyTable(_Frozen):
                     f"vocabularies[{family!r}] differs from the tagger's vocabulary {expected}; "
                     "the table was calibrated for another tag vocabulary: recalibrate"
                 )
-        if list(self.span_labels) != list(SPAN_LABELS):
-            raise ValueError(f"span_labels must be {list(SPAN_LABELS)}, got {self.span_labels}")
+        known = list(SPAN_LABELS)
+        if not self.span_labels or list(self.span_labels) != known[: len(self.span_labels)]:
+            # a prefix: a table from before the later labels, which plan by prefill_default
+            raise ValueError(f"span_labels must be (a prefix of) {known}, got {self.span_labels}")
         for key, entries in self.decode.items():
             self._check_key(key)
             _check_groups(f"decode[{key!r}]", entries)

@@ -81,12 +81,17 @@ def test_runtime_prompt_labels_the_previous_call(default_model) -> None:
     # template's <tool_call> markup (grammars/prompt.py).
     assert f"Let me check.\n{CALL}<|im_end|>" in text
     assert '<tool_call>\n{"name": "get_weather"' not in text
-    # Without the history labels (what a caller's own labeller gives) it is all content.
+    # Without the history labels (schema and template labels only) the call is all content.
+    from pask_agent.grammars.chat_spans import template_spans
     from pask_agent.grammars.span_labels import label_prompt_spans
+
+    def schema_and_template(t: str) -> list:
+        schema = label_prompt_spans(t, [WEATHER])
+        return [*schema, *template_spans(t, messages, schema)]
 
     plain = prepare_turn(
         tokenizer, outputs, messages, [WEATHER], "auto", True, labels=True,
-        label_spans=lambda t: label_prompt_spans(t, [WEATHER]),
+        label_spans=schema_and_template,
     )  # fmt: skip
     assert plain.prompt_ids == turn.prompt_ids and plain.labels is not None
     changed = [i for i, (a, b) in enumerate(zip(turn.labels, plain.labels, strict=True)) if a != b]

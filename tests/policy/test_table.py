@@ -146,7 +146,8 @@ def test_missing_checksum_and_wrong_version(tmp_path: Path, make_table) -> None:
         ("decode", {"schema_bearing/nonsense": []}, "decode key"),
         ("tie_order", ["0:R->L"], "tie_order must list"),
         ("decode_fallback", {"pure_scaffold": "free_generation"}, "no such decode bucket"),
-        ("span_labels", ["protected_content"], "span_labels must be"),
+        ("span_labels", ["schema_scaffold", "protected_content"], "span_labels must be"),
+        ("span_labels", [], "span_labels must be"),
         ("budget_prefill", 1.5, "less than or equal to 1"),
     ],
 )

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pask_agent.grammars.chat_spans import template_spans
 from pask_agent.grammars.json.history_spans import history_call_spans
 from pask_agent.grammars.json.result_spans import tool_result_spans
 from pask_agent.grammars.prompt import render_tool_prompt
@@ -43,9 +44,10 @@ def prepare_turn(
     """Render the prompt, label its spans, and pick the output grammar.
 
     ``label_spans(text)`` overrides how prompt spans are labelled (the SQL helper labels its
-    DDL); by default the tool schemas rendered into the prompt are labelled, and so are the
-    calls earlier assistant turns made (``history_spans``) and the JSON results tools returned
-    (``result_spans``): by structure, not as plain content.
+    DDL); by default the tool schemas rendered into the prompt are labelled, the chat
+    template's own text (``chat_spans``), the calls earlier assistant turns made
+    (``history_spans``) and the JSON results tools returned (``result_spans``): by structure,
+    not as plain content.
     """
     spec = TEXT
     specs: tuple[ToolSpec, ...] = ()
@@ -64,8 +66,10 @@ def prepare_turn(
                 for m in messages
                 if m.get("role") == "tool" and isinstance(m.get("content"), str)
             ]
+            schema = label_prompt_spans(text, specs)
             spans = [
-                *label_prompt_spans(text, specs),
+                *schema,
+                *template_spans(text, messages, schema),
                 *history_call_spans(text, specs),
                 *tool_result_spans(text, results),
             ]
