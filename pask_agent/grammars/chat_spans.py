@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pask_agent.grammars.span_labels import CharSpan
+from pask_agent.grammars.span_labels import CharSpan, spans_of_char_labels
 
 TEMPLATE_LABEL = "template_text"
 
@@ -62,20 +62,13 @@ def template_spans(
     ranges = content_ranges(text, messages)
     if ranges is None:
         return []
-    protected = [True] * len(text)  # characters no span covers are protected content
+    labels = ["protected_content"] * len(text)  # what no span covers is protected content
     for start, end, label in schema_spans:
-        protected[start:end] = [label == "protected_content"] * (end - start)
+        labels[start:end] = [label] * (end - start)
     for start, end in ranges:
-        protected[start:end] = [False] * (end - start)
-    out: list[CharSpan] = []
-    i = 0
-    while i < len(text):
-        if not protected[i]:
-            i += 1
-            continue
-        j = i
-        while j < len(text) and protected[j]:
-            j += 1
-        out.append((i, j, TEMPLATE_LABEL))
-        i = j
-    return out
+        labels[start:end] = ["message"] * (end - start)
+    return [
+        (start, end, TEMPLATE_LABEL)
+        for start, end, label in spans_of_char_labels(labels)
+        if label == "protected_content"
+    ]
