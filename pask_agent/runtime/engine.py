@@ -13,6 +13,9 @@
    policy ``on_token`` → schedule the token's per-group actions in the store; jump-forward text
    forced by the grammar is appended without sampling.
 
+A request admitted while another one prefills the same prompt under the same plan does not
+compute it: it copies that one's KV and logits when its prefill ends (``_join``).
+
 The async ``Runtime`` runs ``step`` in a worker thread and routes the returned events.
 """
 
@@ -26,7 +29,7 @@ import torch
 
 from pask_agent.errors import PaskError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.policy.base import Demotion, PolicySession
+from pask_agent.policy.base import PolicySession
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
@@ -42,26 +45,17 @@ from pask_agent.runtime.memory.history_plan import history_demotions
 from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
 from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
 from pask_agent.runtime.memory.kv_store import KVStore
-from pask_agent.runtime.memory.retention import retention_view
+from pask_agent.runtime.memory.retention import revise
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
 from pask_agent.runtime.models.loading import LoadedModel
 from pask_agent.runtime.models.placement import place_model
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
-from pask_agent.runtime.requests import Event, Failed, Request, SamplingParams, SequenceState
+from pask_agent.runtime.requests import Event, Failed, Request, SequenceState
 from pask_agent.runtime.turns.constraint import tag_key
 from pask_agent.runtime.turns.results import Delta, Finished
 from pask_agent.runtime.turns.sampling import sample
 
-__all__ = [  # the request-side types live in requests.py; callers import them from here
-    "Engine",
-    "Event",
-    "Failed",
-    "Finished",
-    "Request",
-    "RuntimeConfig",
-    "SamplingParams",
-    "SequenceState",
-]
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -228,10 +222,28 @@ class Engine:
             for d in history_demotions(self.store, st.seq_id, plan, keep):
                 self.store.demote(st.seq_id, d.group, d.positions, d.action)
         self.store.schedule_many(st.seq_id, keep, plan[keep:])
+        # the same prompt under the same plan, still prefilling: copy it then (_join)
+        r.leader = None if keep else next((q for q in self.live if r.may_copy(q)), None)
         r.constraint = r.spec.start()
         r.stream = TokenTextStream(self.tokenizer)
         if r.params.seed is not None:
             r.generator = torch.Generator().manual_seed(r.params.seed)
+
+    def _join(self, batch: list[tuple[Request, bool]], logits: torch.Tensor) -> torch.Tensor:
+        """Followers whose leader's prompt was completed this step take a copy of its KV and
+        of its logits row, and join the batch as ready; the logits, with their rows added."""
+        done = {id(r): row for row, (r, ready) in enumerate(batch) if ready and not r.generated}
+        rows = []
+        for f in self.live:
+            if (leader := f.leader) is None or id(leader) not in done:
+                continue
+            self.store.copy_sequence(leader.state.seq_id, f.state.seq_id)
+            f.state.ids_in_store = list(f.prompt_ids)
+            f.prefill_pos = f.reused = len(f.prompt_ids)  # usage: none of it was computed
+            f.leader = None
+            batch.append((f, True))
+            rows.append(done[id(leader)])
+        return torch.cat([logits, logits[rows]]) if rows else logits
 
     @torch.inference_mode()
     def step(self) -> list[Event]:
@@ -269,6 +281,9 @@ class Engine:
         prefill_first = self.config.schedule == "prefill_first"
         hold_decoding = prefill_first and any(r.prefill_pos < len(r.prompt_ids) for r in self.live)
         for r in self.live:
+            if r.leader is not None and r.leader in self.live:
+                continue  # its leader's prompt KV is copied when that prefill ends (_join)
+            r.leader = None  # the leader ended before its prompt did: prefill alone
             if r.prefill_pos < len(r.prompt_ids):
                 if budget <= 0:
                     continue
@@ -295,9 +310,17 @@ class Engine:
         # [B, V] on the host, beside the masks, bitmasks and generators (no-op on a CPU)
         logits = forward_step(self.model, self.cache, step, ids).cpu()
         self.store.end_step(step)
+        logits = self._join(batch, logits)
         for r, ready in batch:
             if r.policy.revises and ready:
-                self._revise(r, with_scores=r.policy.needs_scores)
+                done, scores = r.prefill_pos >= len(r.prompt_ids), r.policy.needs_scores
+                revise(
+                    self.store,
+                    r.state.seq_id,
+                    r.state.session,
+                    with_scores=scores,
+                    prefill_done=done,
+                )
         ready_rows = [(row, r) for row, (r, ready) in enumerate(batch) if ready]
         for row, r in ready_rows:
             if r.keep_logits:
@@ -312,19 +335,6 @@ class Engine:
                 events.append((r, Failed(exc)))
         return events
 
-    def _revise(self, r: Request, *, with_scores: bool) -> None:
-        seq = r.state.seq_id
-        view = retention_view(
-            self.store,
-            seq,
-            with_scores=with_scores,
-            prefill_done=r.prefill_pos >= len(r.prompt_ids),
-        )
-        demotions: list[Demotion] = list(r.state.session.revise(view))  # type: ignore[attr-defined]
-        for d in demotions:
-            if d.positions:
-                self.store.demote(seq, d.group, d.positions, d.action)
-
     def _advance(self, r: Request, logits: torch.Tensor) -> list[Event]:
         p = r.params
         token = sample(logits, temperature=p.temperature, top_p=p.top_p, generator=r.generator)
@@ -337,7 +347,9 @@ class Engine:
             raise PaskError(f"grammar rejected token {token} that its own mask allowed")
         new = [token]
         if self.config.jump_forward and len(r.generated) + 1 < p.max_new_tokens:
-            new += self._jump_forward(r, p.max_new_tokens - len(r.generated) - 1)
+            new += r.constraint.accept_forced(
+                self.tokenizer, p.max_new_tokens - len(r.generated) - 1
+            )
         delta = []
         seq, pos = r.state.seq_id, self.store.length(r.state.seq_id)
         for i, t in enumerate(new):
@@ -358,18 +370,6 @@ class Engine:
         elif len(r.generated) >= p.max_new_tokens:
             events.append(self._finish(r, "length"))
         return events
-
-    def _jump_forward(self, r: Request, room: int) -> list[int]:
-        forced = r.constraint.forced_text()
-        if not forced:
-            return []
-        ids = self.tokenizer(forced, add_special_tokens=False)["input_ids"][:room]
-        taken: list[int] = []
-        for t in ids:
-            if not r.constraint.accept(t):
-                break
-            taken.append(t)
-        return taken
 
     # ------------------------------------------------------------------ endings
     def _finish(self, r: Request, reason: str) -> Event:

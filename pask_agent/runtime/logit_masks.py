@@ -36,7 +36,10 @@ class LogitMasks:
         banned = [i for i in special_token_ids(tokenizer, vocab_size) if i not in self.stop_ids]
         self._free_text = torch.zeros(vocab_size, dtype=torch.bool)
         self._free_text[banned] = True
-        self._stops = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
+        # a tokenizer wider than the model (tiny test models) has stops the logits lack
+        self._stops = torch.tensor(
+            sorted(i for i in self.stop_ids if i < vocab_size), dtype=torch.long
+        )
         self._next_call_ids, self._close_ids = _separator_ids(tokenizer, vocab_size)
         self.continue_calls_at = continue_calls_at
 

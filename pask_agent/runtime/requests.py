@@ -79,10 +79,24 @@ class Request:
     plan_keep: int = -1
     tag_counts: dict[str, int] = field(default_factory=dict)  # generated tokens per bucket
     shed_rows: int = 0  # pool rows this request shed past its reservation (admission.py)
+    leader: Request | None = None  # prefilling the same prompt: copied when done (engine.py)
     # Parity checks compare every step's raw logits with transformers' own: keep them (a [V]
     # copy per token, so off by default).
     keep_logits: bool = False
     step_logits: list[torch.Tensor] = field(default_factory=list)
+
+    def may_copy(self, q: Request) -> bool:
+        """Whether this request, not yet started, may take ``q``'s prompt KV and last logits
+        when ``q``'s prefill ends instead of computing them (the candidates of one SQL
+        question, samples of one prompt): same tokens, same plan, ``q`` prefilled from
+        nothing and still prefilling. Not for policies that revise by attention: their rows
+        follow scores each sequence gathers itself."""
+        revising = self.policy.revises or self.policy.needs_scores or q.policy.revises
+        return (
+            not revising and q.leader is None and not q.reused
+            and q.prefill_pos < len(q.prompt_ids) and q.prompt_ids == self.prompt_ids
+            and q.plan == self.plan and q.policy.stores_int4 == self.policy.stores_int4
+        )  # fmt: skip
 
     def finished(self, reason: str, kv: Any, allocated_kv_bytes: int) -> Finished:
         """How the request ends: its tokens and timings, the store's KV report for it, and the

@@ -201,6 +201,20 @@ class KVPools:
             self.low_v[layer].index_copy_(0, low_slots, vc)
             self.low_vs[layer].index_copy_(0, low_slots, vs)
 
+    def copy_rows(self, g: int, src: np.ndarray, dst: list[int], *, high: bool) -> None:
+        """Copy rows ``src`` to rows ``dst`` of one pool in every layer of group ``g`` (a
+        sequence that starts as a copy of another one's prompt, ``KVStore.copy_sequence``)."""
+        s = torch.from_numpy(np.asarray(src, np.int64)).to(self.buffer.device)
+        d = torch.tensor(dst, dtype=torch.int64, device=self.buffer.device)
+        tensors = (
+            (self.high_k, self.high_v)
+            if high
+            else (self.low_k, self.low_v, self.low_ks, self.low_vs)
+        )
+        for layer in self.groups.layers_of(g):
+            for pool in tensors:
+                pool[layer].index_copy_(0, d, pool[layer].index_select(0, s))
+
     def attend(
         self,
         layer: int,

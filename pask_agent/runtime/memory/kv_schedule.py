@@ -56,6 +56,11 @@ class ActionSchedule:
             return [], settled
         return list(self.take_range(start, min(stop, length - n))), stop
 
+    def copy(self) -> ActionSchedule:
+        twin = ActionSchedule()
+        twin._due = dict(self._due)
+        return twin
+
     def drop_from(self, length: int) -> None:
         """Forget the actions of positions >= ``length`` (a truncated conversation)."""
         for p in [p for p in self._due if p >= length]:

@@ -54,3 +54,14 @@ class StoredSequence:
         self.pending.drop_from(length)
         self.length = length
         self.settled = min(self.settled, length)
+
+    def copy_of(
+        self, other: StoredSequence, high_slots: list[list[int]], low_slots: list[list[int]]
+    ) -> None:
+        """Become ``other`` (positions, settled mark, scheduled actions) over rows of its own:
+        ``high_slots[g]``/``low_slots[g]`` hold copies of ``other``'s rows, in its map order."""
+        for g in range(3):
+            self.high[g].add_many(other.high[g].positions.tolist(), high_slots[g])
+            self.low[g].add_many(other.low[g].positions.tolist(), low_slots[g])
+        self.length, self.settled = other.length, other.settled
+        self.pending = other.pending.copy()

@@ -17,9 +17,9 @@ positions, so attention over released gaps stays correct.
 The store is batch-first: a step writes chunks for several sequences at once (packed into one
 ``[T]`` token axis) and attention reads each sequence's own slots.
 
-This class owns the token's life; the pools (``kv_pools.py``), one sequence's slot maps and
-deferred actions (``kv_sequence.py``, ``slots.py``, ``kv_schedule.py``), byte accounting
-(``kv_accounting.py``) and attention mass (``key_scores.py``) are their own files.
+This class owns the token's life; pools, slot maps, deferred actions, byte accounting and
+attention mass are their own files (``kv_pools``, ``kv_sequence``/``slots``/``kv_schedule``,
+``kv_accounting``, ``key_scores``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from pask_agent.policy.actions import Action
 from pask_agent.runtime.memory.key_scores import KeyScoreBook
 from pask_agent.runtime.memory.kv_accounting import KVBytes
 from pask_agent.runtime.memory.kv_layout import (
-    GroupWrite,
     KVLayout,
     KVReport,
     StepBatch,
@@ -42,7 +41,7 @@ from pask_agent.runtime.memory.kv_layout import (
 )
 from pask_agent.runtime.memory.kv_pools import KVPools, PoolRows, split_rows
 from pask_agent.runtime.memory.kv_sequence import StoredSequence
-from pask_agent.runtime.memory.slots import audit_store, pool_view
+from pask_agent.runtime.memory.slots import audit_store, place_group, pool_view
 
 
 class KVStore:
@@ -123,6 +122,30 @@ class KVStore:
             raise KVStoreError(f"cannot truncate {seq_id!r} of length {seq.length} to {length}")
         seq.truncate(length, self._high_alloc, self._low_alloc)
 
+    def copy_sequence(self, src_id: str, dst_id: str) -> None:
+        """Make the empty ``dst_id`` a copy of ``src_id``: every row, the settled mark and the
+        scheduled actions. A request whose prompt another one has just prefilled under the
+        same plan starts from its KV instead of computing it again (``engine.py``).
+
+        Raises
+        ------
+        KVStoreError
+            ``dst_id`` holds tokens, the two center keys differently, or the pools lack the
+            rows (checked before any row is taken).
+        """
+        src, dst = self._get(src_id), self._get(dst_id)
+        if dst.length or src.centered != dst.centered:
+            raise KVStoreError(f"{dst_id!r} must be empty and centered like {src_id!r}")
+        if (src.held_rows() > self.pools.free_rows()).any():
+            raise KVStoreError(f"KV pool full: no room to copy {src_id!r}")
+        high_slots = [self._high_alloc[g].take(src.high[g].size) for g in range(3)]
+        low_slots = [self._low_alloc[g].take(src.low[g].size) for g in range(3)]
+        for g in range(3):
+            self.pools.copy_rows(g, src.high[g].slots, high_slots[g], high=True)
+            self.pools.copy_rows(g, src.low[g].slots, low_slots[g], high=False)
+        dst.copy_of(src, high_slots, low_slots)
+        self._note_peak([dst])
+
     def has_sequence(self, seq_id: str) -> bool:
         return seq_id in self._seqs
 
@@ -201,7 +224,16 @@ class KVStore:
                     if acts[g] != Action.H:
                         (low_rows if acts[g] == Action.L else gone_rows)[g].append(first + j)
         writes = tuple(
-            self._place(g, seqs, offsets, positions, low_rows[g], gone_rows[g]) for g in range(3)
+            place_group(
+                (self._high_alloc[g], self._low_alloc[g]),
+                ([q.high[g] for q in seqs], [q.low[g] for q in seqs]),
+                offsets,
+                positions,
+                low_rows[g],
+                gone_rows[g],
+                self.device,
+            )  # fmt: skip
+            for g in range(3)
         )
         for seq, (_, n) in zip(seqs, chunks, strict=True):
             seq.length += n
@@ -225,42 +257,6 @@ class KVStore:
         if want_scores:
             self.key_scores.begin_step({s: self._seqs[s].length for s in batch.seq_ids})
         return batch
-
-    def _place(
-        self,
-        g: int,
-        seqs: list[StoredSequence],
-        offsets: list[int],
-        positions: list[int],
-        low_rows: list[int],
-        gone_rows: list[int],
-    ) -> GroupWrite:
-        """Take slots for one group's new rows and enter them in their sequences' slot maps."""
-        every = not low_rows and not gone_rows
-        keep = np.ones(len(positions), dtype=bool)
-        keep[low_rows + gone_rows] = False
-        high_rows = np.flatnonzero(keep)
-        pos = np.asarray(positions, dtype=np.int64)
-        out = []
-        for rows, alloc, high in (
-            (high_rows, self._high_alloc[g], True),
-            (np.asarray(low_rows, dtype=np.int64), self._low_alloc[g], False),
-        ):
-            slots = alloc.take(len(rows))
-            # rows are sorted and each sequence's rows contiguous: one slice per sequence
-            cuts = np.searchsorted(rows, offsets).tolist()
-            for b, seq in enumerate(seqs):
-                i, j = cuts[b], cuts[b + 1]
-                if j > i:
-                    maps = seq.high if high else seq.low
-                    maps[g].add_many(pos[rows[i:j]].tolist(), slots[i:j])
-            out.append(torch.tensor(slots, dtype=torch.int64, device=self.device))
-        return GroupWrite(
-            None if every else torch.from_numpy(high_rows).to(self.device),
-            out[0],
-            torch.tensor(low_rows, dtype=torch.int64, device=self.device),
-            out[1],
-        )
 
     def write(self, layer: int, step: StepBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store this step's K/V rows ``[T, Hkv, D]`` of one layer where ``begin_step`` placed

@@ -7,7 +7,7 @@ per step is a handful of array operations whatever the history length (issue 11,
 
 from __future__ import annotations
 
-from pask_agent.policy.base import RetentionView
+from pask_agent.policy.base import Demotion, PolicySession, RetentionView
 from pask_agent.runtime.memory.kv_store import KVStore
 
 
@@ -37,4 +37,16 @@ def retention_view(
     )
 
 
-__all__ = ["retention_view"]
+def revise(
+    store: KVStore, seq_id: str, session: PolicySession, *, with_scores: bool, prefill_done: bool
+) -> None:
+    """Carry out what a revising policy's session decides after a step: its late demotions
+    of settled tokens (``KVStore.demote``)."""
+    view = retention_view(store, seq_id, with_scores=with_scores, prefill_done=prefill_done)
+    demotions: list[Demotion] = list(session.revise(view))  # type: ignore[attr-defined]
+    for d in demotions:
+        if d.positions:
+            store.demote(seq_id, d.group, d.positions, d.action)
+
+
+__all__ = ["retention_view", "revise"]

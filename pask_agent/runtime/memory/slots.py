@@ -11,6 +11,7 @@ import torch
 
 from pask_agent.errors import KVStoreError
 from pask_agent.kernels.attention import PoolView
+from pask_agent.runtime.memory.kv_layout import GroupWrite
 
 
 class SlotMap:
@@ -152,6 +153,47 @@ def pool_view(maps: Sequence[SlotMap], device: torch.device) -> PoolView:
         slots=torch.from_numpy(slots).to(device),
         offsets=torch.from_numpy(offsets),
         positions=torch.from_numpy(positions).to(device),
+    )
+
+
+def place_group(
+    allocs: tuple[SlotAllocator, SlotAllocator],
+    maps: tuple[list[SlotMap], list[SlotMap]],
+    offsets: list[int],
+    positions: list[int],
+    low_rows: list[int],
+    gone_rows: list[int],
+    device: torch.device,
+) -> GroupWrite:
+    """Take one group's slots for a step's new rows and enter them in the sequences' slot maps.
+
+    ``allocs``/``maps``: the group's (high, low) allocators and each sequence's (high, low)
+    maps; rows of the packed token axis in ``low_rows`` go low, in ``gone_rows`` nowhere, the
+    rest high (``KVStore.begin_step``).
+    """
+    every = not low_rows and not gone_rows
+    keep = np.ones(len(positions), dtype=bool)
+    keep[low_rows + gone_rows] = False
+    high_rows = np.flatnonzero(keep)
+    pos = np.asarray(positions, dtype=np.int64)
+    out = []
+    for rows, alloc, seq_maps in (
+        (high_rows, allocs[0], maps[0]),
+        (np.asarray(low_rows, dtype=np.int64), allocs[1], maps[1]),
+    ):
+        slots = alloc.take(len(rows))
+        # rows are sorted and each sequence's rows contiguous: one slice per sequence
+        cuts = np.searchsorted(rows, offsets).tolist()
+        for b, m in enumerate(seq_maps):
+            i, j = cuts[b], cuts[b + 1]
+            if j > i:
+                m.add_many(pos[rows[i:j]].tolist(), slots[i:j])
+        out.append(torch.tensor(slots, dtype=torch.int64, device=device))
+    return GroupWrite(
+        None if every else torch.from_numpy(high_rows).to(device),
+        out[0],
+        torch.tensor(low_rows, dtype=torch.int64, device=device),
+        out[1],
     )
 
 

@@ -92,6 +92,19 @@ class Constraint:
             return ""
         return self.matcher.find_jump_forward_string()
 
+    def accept_forced(self, tokenizer: Any, room: int) -> list[int]:
+        """Accept up to ``room`` tokens of the text the grammar forces next (jump-forward:
+        appended without sampling); the tokens accepted."""
+        forced = self.forced_text()
+        if not forced:
+            return []
+        taken: list[int] = []
+        for t in tokenizer(forced, add_special_tokens=False)["input_ids"][:room]:
+            if not self.accept(t):
+                break
+            taken.append(t)
+        return taken
+
     def is_terminated(self) -> bool:
         return self.matcher is not None and self.matcher.is_terminated()
 
