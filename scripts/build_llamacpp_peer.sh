@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make peer-llamacpp`: build llama.cpp's own batched benchmark (llama-batched-bench) with the
+# system compiler into .peers/llamacpp/bin, from the llama.cpp source that the pinned
+# llama-cpp-python sdist vendors (PyPI is the one source this machine reaches). A peer that
+# `pask-agent bench --peer llamacpp` measures beside us; never a dependency of the package.
+set -euo pipefail
+VERSION="${LLAMACPP_PY_VERSION:-0.3.36}"
+DEST="${1:-.peers/llamacpp}"
+PY="${PY:-python3}"
+command -v cmake >/dev/null || { echo "cmake is needed to build llama.cpp" >&2; exit 2; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$PY" -m pip download --no-deps --no-binary :all: -q -d "$work" "llama-cpp-python==$VERSION"
+tar xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
+src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"
+cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=OFF >"$work/configure.log"
+cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" >"$work/build.log"
+mkdir -p "$DEST/bin"
+cp "$work/build/bin/llama-batched-bench" "$DEST/bin/llama-batched-bench.tmp"
+mv "$DEST/bin/llama-batched-bench.tmp" "$DEST/bin/llama-batched-bench"
+echo "llama-cpp-python==$VERSION (its vendored llama.cpp)" >"$DEST/SOURCE"
+echo "built $DEST/bin/llama-batched-bench from llama-cpp-python $VERSION"
