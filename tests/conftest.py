@@ -285,9 +285,9 @@ def smollm2():
 
 
 # The default model a worker holds between test files (about 3 GB once converted for oneDNN).
-# Not a session fixture: a file whose subprocesses load the default model themselves asks for
+# Not a session fixture: a file whose subprocesses load a model themselves asks for
 # ``no_default_model_here`` and the worker lets its copy go meanwhile, so the suite never holds
-# three copies at once (two workers and a subprocess: the suite's peak, over 10 GB).
+# two workers' copies and a subprocess's model at once (the suite's peak, over 10 GB).
 _DEFAULT_MODEL: dict[str, object] = {}
 
 
@@ -302,7 +302,8 @@ def default_model():
 
 @pytest.fixture(scope="module")
 def no_default_model_here() -> None:
-    """For files whose subprocesses load the default model: this worker drops its own copy."""
+    """For files whose subprocesses load a model (the default one, or SmolLM2 beside a worker
+    that still held the default one): this worker drops its own copy of the default model."""
     _DEFAULT_MODEL.clear()
     gc.collect()
     _give_back_freed_heap()

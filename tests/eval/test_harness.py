@@ -37,6 +37,9 @@ from pask_agent.eval.harness_args import Defaults, add_arguments, run_eval
 from pask_agent.eval.harness_report import merge, summarize_rows
 from pask_agent.eval.harness_rows import read_rows
 
+# its subprocesses load a model of their own: this worker's default model goes meanwhile
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 CONFIGS = configurations(["full", "streaming"], [0.5])
 

@@ -17,6 +17,9 @@ from pask_agent.errors import ModelHashMismatchError, ModelNotAvailableError
 from pask_agent.runtime.models import loading as models
 from pask_agent.runtime.models.loading import BundledModel, load_model, resolve_model_dir
 
+# its subprocesses load a model of their own: this worker's default model goes meanwhile
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 
 def test_unknown_model_names_the_choices() -> None:
     with pytest.raises(ModelNotAvailableError, match="default.*smollm2-135m"):

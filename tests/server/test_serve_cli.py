@@ -14,6 +14,9 @@ import pytest
 
 from pask_agent.cli import main
 
+# its subprocesses load a model of their own: this worker's default model goes meanwhile
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 SERVE = [sys.executable, "-m", "pask_agent.cli", "serve"]
 
 
