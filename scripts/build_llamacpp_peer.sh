@@ -15,8 +15,10 @@ tar xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
 src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF >"$work/configure.log"
-cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" >"$work/build.log"
+    -DLLAMA_BUILD_SERVER=OFF >"$work/configure.log" 2>&1 || { tail -40 "$work/configure.log" >&2; exit 1; }
+# the compiler's warnings go to the log; its last lines are shown if the build fails
+cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" >"$work/build.log" 2>&1 ||
+    { tail -40 "$work/build.log" >&2; exit 1; }
 mkdir -p "$DEST/bin"
 cp "$work/build/bin/llama-batched-bench" "$DEST/bin/llama-batched-bench.tmp"
 mv "$DEST/bin/llama-batched-bench.tmp" "$DEST/bin/llama-batched-bench"

@@ -16,8 +16,8 @@ dense model):
   ours: the decode steps that fed every sequence);
 * ``ttft_s``: the c = 1 time to the first token (its ``T_PP``);
 * ``kv_bytes_per_token``: llama.cpp's KV buffer over its cells (a cell holds one token of
-  every layer); ours: what a request's store kept per token at its end (measured, so PASK's
-  row is its measured B of the BF16 cost);
+  every layer; one stream of cells per sequence); ours: what a request's store kept per token
+  at its end (measured, so PASK's row is its measured B of the BF16 cost);
 * ``rss_peak_mib``: the process's peak resident memory (llama.cpp: ``wait4``; ours: sampled
   each step). Ours holds the model dequantized (fp32); llama.cpp reads the Q4_K_M blocks.
 """
@@ -40,8 +40,10 @@ from pask_agent.errors import ConfigError
 PEER_DIR = Path(".peers")
 LLAMACPP = PEER_DIR / "llamacpp" / "bin" / "llama-batched-bench"
 KV_TYPES = ("f16", "q8_0", "q4_0")
-_KV_LINE = re.compile(r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells")
-_BUILD_LINE = re.compile(r"^build: (.+)$", re.M)
+# "size = 98.00 MiB (  4160 cells,  24 layers,  8/8 seqs)": cells per stream, one stream a sequence
+_KV_LINE = re.compile(
+    r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*\d+ layers,\s*\d+/(\d+) seqs"
+)
 
 
 def llamacpp_command(
@@ -61,6 +63,7 @@ def llamacpp_command(
         "-npp", str(prompt_tokens), "-ntg", str(new_tokens),
         "-npl", ",".join(str(p) for p in parallel), "-t", str(threads), "-tb", str(threads),
         "-ctk", kv_type, "-ctv", kv_type, "-fa", "on", "--output-format", "jsonl",
+        "-lv", "4",  # info lines: the KV cache's size
     ]  # fmt: skip
 
 
@@ -79,8 +82,7 @@ def parse_llamacpp(stdout: str, stderr: str, kv_type: str) -> list[dict[str, Any
             "llama-batched-bench printed no results or no 'llama_kv_cache: size' line; "
             "rebuild it with `make peer-llamacpp`"
         )
-    per_token = float(kv.group(1)) * 2**20 / int(kv.group(2))
-    build = _BUILD_LINE.search(stderr)
+    per_token = float(kv.group(1)) * 2**20 / (int(kv.group(2)) * int(kv.group(3)))
     return [
         {
             "engine": "llama.cpp",
@@ -93,7 +95,6 @@ def parse_llamacpp(stdout: str, stderr: str, kv_type: str) -> list[dict[str, Any
             "ttft_s": round(r["t_pp"], 3) if r["pl"] == 1 else None,
             "kv_bytes_per_token": round(per_token, 1),
             "threads": r["n_threads"],
-            "build": build.group(1).strip() if build else "",
         }
         for r in results
     ]
@@ -152,7 +153,8 @@ def our_rows(loaded: Any, args: argparse.Namespace, sizes: list[int]) -> list[di
     out = []
     for r in rows:
         c, n = r["concurrency"], r["prompt_tokens"]
-        per_token = r["full_kv_bytes_per_request"] / (n + r["new_tokens"]) * r["measured_b"]
+        held = n + r["new_tokens"] - 1  # the last sampled token is never fed back
+        per_token = r["full_kv_bytes_per_request"] / held * r["measured_b"]
         out.append(
             {
                 "engine": "pask-agent",

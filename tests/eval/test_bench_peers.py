@@ -15,12 +15,12 @@ from pask_agent.errors import ConfigError, ModelNotAvailableError
 from pask_agent.eval.bench_peers import llamacpp_command, parse_llamacpp, table, write
 from pask_agent.runtime.models.loading import BUNDLED, bundled_gguf
 
-# What llama-batched-bench --output-format jsonl prints: log lines on stderr, one JSON line a
-# result on stdout (the format of llama.cpp's tools/batched-bench at the pinned version).
+# What llama-batched-bench --output-format jsonl -lv 4 prints: log lines on stderr, one JSON
+# line a result on stdout (llama.cpp's tools/batched-bench at the pinned version).
 STDERR = (
-    "build: 7093 (a1b2c3d) with cc (Debian 12.2.0-14) 12.2.0 for x86_64-linux-gnu\n"
-    "llama_kv_cache:        CPU KV buffer size =    98.00 MiB\n"
-    "llama_kv_cache: size =   98.00 MiB (  8320 cells,  24 layers,  8/8 seqs), "
+    "0.00.311.092 I llama_context: n_seq_max             = 8\n"
+    "0.00.311.170 I llama_kv_cache:        CPU KV buffer size =    98.00 MiB\n"
+    "0.00.311.196 I llama_kv_cache: size =   98.00 MiB (  1040 cells,  24 layers,  8/8 seqs), "
     "K (q4_0):   49.00 MiB, V (q4_0):   49.00 MiB\n"
 )
 STDOUT = "\n".join(
@@ -57,9 +57,9 @@ def test_rows_take_speeds_from_the_results_and_kv_bytes_from_the_log() -> None:
     assert one["prefill_tok_s"] == round(512 / 2.5, 2) and one["ttft_s"] == 2.5
     assert one["decode_tok_s"] == round(64 / 2.9, 2)
     assert eight["decode_tok_s"] == round(8 * 64 / 6.4, 2) and eight["ttft_s"] is None
-    # 98 MiB over 8320 cells: bytes per token of all 24 layers
-    assert one["kv_bytes_per_token"] == round(98 * 2**20 / 8320, 1)
-    assert one["cache"] == "q4_0 KV" and one["build"].startswith("7093 (a1b2c3d)")
+    # 98 MiB over 8 streams of 1040 cells: bytes per token of all 24 layers
+    assert one["kv_bytes_per_token"] == round(98 * 2**20 / (8 * 1040), 1)
+    assert one["cache"] == "q4_0 KV" and one["threads"] == 2
 
 
 def test_output_without_results_or_kv_line_is_a_typed_error() -> None:
