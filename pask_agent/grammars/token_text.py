@@ -11,7 +11,9 @@ the output is.
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 _REPLACEMENT = "\ufffd"
@@ -30,7 +32,9 @@ class TokenTextStream:
         self._window.append(int(token_id))
         prefix_text = self._decode(self._window[: self._read])
         full_text = self._decode(self._window)
-        if len(full_text) <= len(prefix_text) or full_text.endswith(_REPLACEMENT):
+        if len(full_text) <= len(prefix_text) or (
+            full_text.endswith(_REPLACEMENT) and self._ends_inside_a_character()
+        ):
             return ""  # inside a multi-byte character: wait for the rest of it
         delta = full_text[len(prefix_text) :]
         # Keep the last emitted token as context so the next decode sees its neighbour.
@@ -38,12 +42,36 @@ class TokenTextStream:
         self._read = len(self._window)
         return delta
 
+    def _ends_inside_a_character(self) -> bool:
+        """Whether the window's bytes stop inside a UTF-8 sequence. A decoded U+FFFD at the end
+        is either that or a real U+FFFD the model wrote (a complete character the grammar may
+        end on); the text cannot tell them apart, the bytes of a byte-level vocabulary can.
+        Another vocabulary (or a special token) keeps the text's reading: wait."""
+        byte_of = _byte_level_alphabet()
+        try:
+            raw = bytes(
+                byte_of[c] for t in self._tokenizer.convert_ids_to_tokens(self._window) for c in t
+            )
+        except (KeyError, TypeError):
+            return True
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        decoder.decode(raw, final=False)
+        return bool(decoder.getstate()[0])  # bytes held back: a character still open
+
     def _decode(self, ids: Sequence[int]) -> str:
         if not ids:
             return ""
         return self._tokenizer.decode(
             list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
         )
+
+
+@cache
+def _byte_level_alphabet() -> dict[str, int]:
+    """The byte-level BPE alphabet (one printable character per byte), character to byte."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {char: byte for byte, char in bytes_to_unicode().items()}
 
 
 def token_texts(tokenizer: Any, ids: Sequence[int]) -> list[str]:

@@ -259,6 +259,23 @@ def test_partial_characters_and_token_text_stream() -> None:
     assert [stream.push(i) for i in ids] == texts
 
 
+@pytest.mark.parametrize("model", ["default", "smollm2-135m"])
+def test_a_written_replacement_character_completes_the_output(model: str) -> None:
+    """U+FFFD is also a character a model can write (the grammar may end on it): decoded text
+    that ends in one is a half-written character only when the bytes say so. Found by the
+    tagger agreement fuzz: xgrammar allowed a stop after prose ``}\ufffd`` that the tagger
+    still called incomplete."""
+    tokenizer = load_tokenizer(model)
+    for text in ("}\ufffd", "ok \ufffd\ufffd", "日本語\ufffd"):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        texts = token_texts(tokenizer, ids)
+        assert "".join(texts) == text and texts[-1].endswith("\ufffd"), texts
+        tagger = FunctionCallTagger([WEATHER], parallel=False, tool_choice="auto")
+        for piece in texts:
+            tagger.feed(piece)
+        assert tagger.is_complete, (model, text, texts)
+
+
 def test_memory_per_token_does_not_grow_with_the_output() -> None:
     tagger = FunctionCallTagger([WEATHER], parallel=False, tool_choice="required", max_rollback=8)
     tagger.feed('{"name": "get_weather", "arguments": {"city": "')
