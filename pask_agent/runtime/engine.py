@@ -232,6 +232,8 @@ class Engine:
     def _join(self, batch: list[tuple[Request, bool]], logits: torch.Tensor) -> torch.Tensor:
         """Followers whose leader's prompt was completed this step take a copy of its KV and
         of its logits row, and join the batch as ready; the logits, with their rows added."""
+        if not any(r.leader is not None for r in self.live):
+            return logits  # the usual step: nobody waits on a prompt
         done = {id(r): row for row, (r, ready) in enumerate(batch) if ready and not r.generated}
         rows = []
         for f in self.live:
