@@ -1,5 +1,8 @@
 """The OpenAI-compatible HTTP app over one ``Runtime`` (``pask-agent serve``).
 
+A request continues a conversation (its KV kept between turns) named by the body's
+``conversation_id`` or the ``x-conversation-id`` header.
+
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``DELETE /v1/conversations/{id}``,
 ``GET /health`` and ``GET /metrics`` (Prometheus). The runtime is opened by the app's lifespan,
 in the server's event loop, so its worker and every request share one loop; the server keeps
@@ -11,6 +14,7 @@ any host but loopback, so an open server is never reachable from another machine
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +29,7 @@ from starlette.types import ASGIApp
 
 import pask_agent.policy  # noqa: F401 - registers every policy a request may name
 from pask_agent.errors import ConfigError
+from pask_agent.policy.base import Policy
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.models.identity import model_id_of
 from pask_agent.runtime.models.loading import LoadedModel
@@ -34,7 +39,7 @@ from pask_agent.server.auth import BearerAuth
 from pask_agent.server.chat import ChatTurn, TurnResponse
 from pask_agent.server.errors import APIError
 from pask_agent.server.metrics import CONTENT_TYPE, ServerMetrics
-from pask_agent.server.protocol import parse_body
+from pask_agent.server.protocol import CONVERSATION_HEADER, parse_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +47,8 @@ class ServerSettings:
     """How the server runs. ``model`` is what ``Runtime.open`` loads; clients may name it by
     ``served_model_name`` (default: ``model``), by ``model`` or by its upstream id.
 
+    ``policy``: a registered name, or a ``Policy`` value (``PaskPolicy(table=...)`` serves a
+    table of your own); a request that names the same policy gets this one, table included.
     ``max_queue``: requests waiting for admission beyond which new ones get 429.
     ``default_max_tokens`` / ``default_temperature``: used when a request omits them (greedy
     by default, as the runtime decodes: a 0.5B model is at its best greedy).
@@ -49,7 +56,7 @@ class ServerSettings:
 
     model: str = "default"
     served_model_name: str | None = None
-    policy: str = "full"
+    policy: str | Policy = "full"
     budget: float | None = None
     api_key: str | None = None
     max_queue: int = 64
@@ -64,6 +71,10 @@ class ServerSettings:
             raise ConfigError(
                 f"default_temperature must lie in [0, 2], got {self.default_temperature}"
             )
+
+    @property
+    def policy_name(self) -> str:
+        return self.policy if isinstance(self.policy, str) else self.policy.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +173,9 @@ async def chat_completions(request: Request) -> TurnResponse:
         )
         if spec.model not in st.names:
             raise _unknown_model(spec.model, st.served)
+        given = request.headers.get(CONVERSATION_HEADER)
+        if given and spec.conversation_id is None:
+            spec = dataclasses.replace(spec, conversation_id=_conversation_id(given))
         waiting = st.rt.queue_depth
         if waiting >= st.settings.max_queue:
             raise APIError(
@@ -172,7 +186,10 @@ async def chat_completions(request: Request) -> TurnResponse:
         st.metrics.status(exc.status)
         raise
     stamp = responses.Stamp(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), spec.model)
-    policy = spec.turn.policy or st.settings.policy
+    served = st.settings.policy_name
+    if spec.turn.policy == served:  # the server's own policy value, with its table
+        spec = dataclasses.replace(spec, turn=dataclasses.replace(spec.turn, policy=None))
+    policy = spec.turn.policy or served
     turn = ChatTurn(st.rt, spec, stamp=stamp, metrics=st.metrics, policy=policy)
     return TurnResponse(turn, st.metrics)
 
@@ -188,6 +205,13 @@ async def end_conversation(request: Request) -> JSONResponse:
                        code="conversation_busy")  # fmt: skip
     st.rt.end_conversation(conversation_id)
     return JSONResponse({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
+
+
+def _conversation_id(given: str) -> str:
+    if len(given) > 256:
+        raise APIError(400, f"the {CONVERSATION_HEADER} header is longer than 256 characters",
+                       param=CONVERSATION_HEADER)  # fmt: skip
+    return given
 
 
 def _unknown_model(name: str, served: str) -> APIError:

@@ -19,6 +19,7 @@ from pask_agent.runtime.turns.outputs import schema_prompt
 from pask_agent.runtime.turns.turn import TurnRequest
 from pask_agent.server.errors import APIError, bad_request
 
+CONVERSATION_HEADER = "x-conversation-id"  # names the conversation as the body's field does
 JSON_OBJECT_INSTRUCTION = "Answer with a single JSON object and nothing else."
 
 
