@@ -30,7 +30,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from pask_agent.eval.serve_ray_report import checks, latency, per_replica, render, same_answers
+from pask_agent.eval.serve_ray_report import (
+    checks,
+    failover_summary,
+    latency,
+    per_replica,
+    render,
+    same_answers,
+)
 from pask_agent.eval.serve_ray_runs import (
     Workload,
     ray_replicas,
@@ -67,33 +74,9 @@ def bench(work: Workload, replicas: int, *, model: str, pow2: bool = True) -> di
             "latency": latency(records),
             "answers": same_answers(records, reference),
         } | {k: v for k, v in run.items() if k != "records"}
-    fo = runs["failover"]
-    killed_at = fo["killed"].get("at", float("inf"))
-    moved = {
-        r.conversation
-        for r in fo["records"]
-        if r.started >= killed_at
-        and r.replica is not None
-        and r.replica != fo["killed"].get("replica")
-        and any(
-            q.conversation == r.conversation and q.replica == fo["killed"].get("replica")
-            for q in fo["records"]
-        )
-    }
-    summary["failover"]["moved_conversations"] = sorted(moved)
-    summary["failover"]["timeline"] = [
-        {
-            "t_s": round(r.started - t0, 3),
-            "conversation": r.conversation,
-            "turn": r.turn,
-            "replica": r.replica,
-            "seconds": round(r.seconds, 3),
-            "error": r.error,
-        }
-        for r in sorted(fo["records"], key=lambda r: r.started)
-    ]
-    if "at" in fo["killed"]:
-        summary["failover"]["killed"]["t_s"] = round(fo["killed"]["at"] - t0, 3)
+    summary["failover"] |= failover_summary(
+        runs["failover"]["records"], runs["failover"]["killed"], runs["affinity"]["records"]
+    )
     return {
         "workload": asdict(work),
         "replicas": replicas,

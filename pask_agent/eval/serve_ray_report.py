@@ -44,6 +44,55 @@ def per_replica(records: list[TurnRecord]) -> dict[str, int]:
     return out
 
 
+def failover_summary(
+    records: list[TurnRecord], killed: dict[str, Any], affinity_run: list[TurnRecord]
+) -> dict[str, Any]:
+    """Which conversations moved off the killed replica, each one's last turn before the kill
+    and first turn after it (times from the run's start), and what the first turn on the
+    survivor cost beside the same turn in the affinity run (where nothing moved)."""
+    start = min(r.started for r in records)
+    at, victim = killed.get("at", float("inf")), killed.get("replica")
+    by_conv: dict[int, list[TurnRecord]] = {}
+    for r in sorted(records, key=lambda r: r.turn):
+        by_conv.setdefault(r.conversation, []).append(r)
+    rows, first_after = [], []
+    for _, turns in sorted(by_conv.items()):
+        before = [r for r in turns if r.started < at]
+        after = [r for r in turns if r.started >= at]
+        if not (before and after and before[-1].replica == victim):
+            continue
+        first_after.append(after[0])
+        rows += [_row(r, start) for r in (before[-1], after[0])]
+    out: dict[str, Any] = {
+        "moved_conversations": sorted({r["conversation"] for r in rows}),
+        "timeline": rows,
+    }
+    if "at" in killed:
+        out["killed_t_s"] = round(at - start, 3)
+    same_turn = {(r.conversation, r.turn): r for r in affinity_run}
+    stay = [same_turn[k] for k in ((r.conversation, r.turn) for r in first_after) if k in same_turn]
+    if first_after and stay:
+        out["miss_cost"] = {
+            "moved_first_turn_s": statistics.fmean(r.seconds for r in first_after),
+            "moved_first_turn_prefilled": statistics.fmean(r.prefilled_tokens for r in first_after),
+            "same_turn_with_affinity_s": statistics.fmean(r.seconds for r in stay),
+            "same_turn_with_affinity_prefilled": statistics.fmean(r.prefilled_tokens for r in stay),
+        }
+    return out
+
+
+def _row(r: TurnRecord, start: float) -> dict[str, Any]:
+    return {
+        "t_s": round(r.started - start, 3),
+        "conversation": r.conversation,
+        "turn": r.turn,
+        "replica": r.replica,
+        "seconds": round(r.seconds, 3),
+        "prefilled_tokens": r.prefilled_tokens,
+        "error": r.error,
+    }
+
+
 def checks(summary: dict[str, Any]) -> dict[str, bool]:
     """The invariants the replicated server must keep (the command exits 1 when one breaks)."""
     aff, fo = summary["affinity"], summary["failover"]
@@ -89,25 +138,35 @@ def render(result: dict[str, Any]) -> str:
         f"**Affinity**: {aff['on_one_replica']} of {aff['conversations']} conversations had every "
         "turn served by one replica (the replicas' own request counters).",
         "",
-        f"**Failover**: replica `{fo['killed'].get('replica', '-')}` was killed at "
-        f"t = {fo['killed'].get('t_s', float('nan')):.1f} s holding "
+        f"**Failover**: replica `{fo['killed'].get('replica', '-')}` was killed "
+        f"{fo.get('killed_t_s', float('nan')):.1f} s into the run, holding "
         f"{fo['killed'].get('conversations', 0)} conversations; "
-        f"{len(fo['moved_conversations'])} continued on a survivor, "
-        f"{fo['failed']} requests failed; "
-        "after deleting every conversation the survivors hold "
-        + ", ".join(f"{r['kv_live_bytes']} B" for r in fo["survivors"])
-        + " of live KV.",
-        "",
-        "| t (s) | conversation | turn | replica | seconds |",
-        "| ---: | ---: | ---: | --- | ---: |",
+        f"{len(fo['moved_conversations'])} had turns left and continued on a survivor; "
+        f"{fo['failed']} requests failed; after every conversation was deleted the survivors "
+        "held " + ", ".join(f"{r['kv_live_bytes']} B" for r in fo["survivors"]) + " of live KV.",
     ]
-    moved = set(fo["moved_conversations"])
+    cost = fo.get("miss_cost")
+    if cost:
+        lines += [
+            "",
+            f"**What a move costs**: the first turn on the survivor took "
+            f"{cost['moved_first_turn_s']:.2f} s and prefilled "
+            f"{cost['moved_first_turn_prefilled']:.0f} prompt tokens (the whole history); the "
+            f"same turns in the affinity run took {cost['same_turn_with_affinity_s']:.2f} s and "
+            f"prefilled {cost['same_turn_with_affinity_prefilled']:.0f}.",
+        ]
+    lines += [
+        "",
+        "Each moved conversation's last turn before the kill and first turn after it:",
+        "",
+        "| t (s) | conversation | turn | replica | seconds | prompt tokens prefilled |",
+        "| ---: | ---: | ---: | --- | ---: | ---: |",
+    ]
     for row in fo["timeline"]:
-        if row["conversation"] in moved or row["error"]:
-            lines.append(
-                f"| {row['t_s']:.1f} | {row['conversation']} | {row['turn']} | "
-                f"{row['replica'] or row['error']} | {row['seconds']:.2f} |"
-            )
+        lines.append(
+            f"| {row['t_s']:.1f} | {row['conversation']} | {row['turn']} | "
+            f"{row['replica'] or row['error']} | {row['seconds']:.2f} | {row['prefilled_tokens']} |"
+        )
     lines += [
         "",
         "Checks: "
