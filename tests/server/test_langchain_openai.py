@@ -56,8 +56,8 @@ def test_create_agent_makes_the_same_calls_over_http_and_in_process(smol: Thread
     ``PaskChatModel`` in this process, makes the same calls with the same arguments at every
     step, each step reading the earlier calls' tool results. SmolLM2 calls tools only when
     made to, so a middleware requires one call at every step (LangChain's ``tool_choice`` and
-    ``parallel_tool_calls``, which each model sends as its own API says) and the graph's recursion limit ends the run; the
-    steps until then are compared."""
+    ``parallel_tool_calls``, which each model sends as its own API says) and the graph's
+    recursion limit ends the run; the steps until then are compared."""
     from langchain.agents import create_agent
     from langchain.agents.middleware import wrap_model_call
     from langchain_core.messages import AIMessage
