@@ -17,6 +17,10 @@ Three steps, one command, one commit:
 3. **Paired**: per case, right in both / one / neither, the bootstrap interval of the
    difference and McNemar's p; where answers differ, what the two calls were.
 
+Beside them, the same cases through our harness as its headline numbers ask them
+(``tool_choice="required"``, parallel calls only in the parallel categories, so those get the
+array grammar): the gap between that column and the other two is what ``auto`` costs.
+
 BFCL's registry has no "any OpenAI-compatible endpoint" entry; ``openbmb/MiniCPM-SALA-FC`` is
 the entry whose handler is the plain Chat Completions function-calling client
 (``OpenAICompletionsHandler``, which reads ``OPENAI_BASE_URL``), so the server is started under
@@ -177,26 +181,35 @@ def in_process(
 
 
 def compare(
-    cases: Sequence[BfclCase], ours: Mapping[str, Any], theirs: Mapping[str, Any]
+    cases: Sequence[BfclCase],
+    ours: Mapping[str, Any],
+    theirs: Mapping[str, Any],
+    required: Mapping[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], PairedComparison]:
-    """One row per case (both verdicts, both answers, same calls or not) and the paired test."""
+    """One row per case (both verdicts, both answers, same calls or not, how many calls each
+    made) and the paired test, official against in process under the same ``auto``.
+    ``required``: our headline harness's rows on the same cases, recorded beside them."""
     rows = []
     for case in cases:
         a, b = ours[case.id], theirs[case.id]
         calls_b = official_calls(b["answer"])
-        rows.append(
-            {
-                "id": case.id,
-                "category": case.category,
-                "in_process": bool(a["correct"]),
-                "official": bool(b["correct"]),
-                "same_calls": same_calls(a["calls"], calls_b),
-                "in_process_calls": a["calls"],
-                "in_process_text": a["text"] if not a["calls"] else "",
-                "official_answer": b["answer"],
-                "official_error": b["error"],
-            }
-        )
+        row = {
+            "id": case.id,
+            "category": case.category,
+            "in_process": bool(a["correct"]),
+            "official": bool(b["correct"]),
+            "same_calls": same_calls(a["calls"], calls_b),
+            "in_process_n_calls": len(a["calls"]),
+            "official_n_calls": 0 if calls_b is None else len(calls_b),
+            "in_process_calls": a["calls"],
+            "in_process_text": a["text"] if not a["calls"] else "",
+            "official_answer": b["answer"],
+            "official_error": b["error"],
+        }
+        if required is not None:
+            row["required"] = bool(required[case.id]["correct"])
+            row["required_n_calls"] = len(required[case.id]["calls"])
+        rows.append(row)
     paired = compare_paired(
         {r["id"]: r["official"] for r in rows}, {r["id"]: r["in_process"] for r in rows}
     )
@@ -216,16 +229,28 @@ def to_markdown(report: Mapping[str, Any]) -> str:
         f"{OFFICIAL_MODEL} --run-ids --temperature 0`, then `bfcl evaluate --partial-eval`), "
         "its own venv and checker files",
         f"- in process: `{report['in_process_settings']}`",
+        f"- required: `{report.get('required_settings')}`",
         "",
-        "| category | n | official | in process | same calls |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "Accuracy in % (right/n). *Official* and *in process* both leave `tool_choice` to "
+        "`auto` and allow parallel calls, as the official client does; *required* is our "
+        "headline harness on the same cases (a call required, the array grammar in the parallel "
+        "categories only). *Answers with 2+ calls* counts, per column, the answers that made more "
+        "than one call.",
+        "",
+        "| category | n | official | in process | same calls | required | answers with 2+ calls "
+        "(official / in process / required) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for cat in [*report["categories"], "overall"]:
         sel = [r for r in rows if cat == "overall" or r["category"] == cat]
         n = len(sel)
+        multi = " / ".join(
+            str(sum(r.get(f"{k}_n_calls", 0) > 1 for r in sel))
+            for k in ("official", "in_process", "required")
+        )
         lines.append(
             f"| {cat} | {n} | {_pct(sel, 'official')} | {_pct(sel, 'in_process')} | "
-            f"{sum(r['same_calls'] for r in sel)}/{n} |"
+            f"{sum(r['same_calls'] for r in sel)}/{n} | {_pct(sel, 'required')} | {multi} |"
         )
     lines += [
         "",
@@ -254,6 +279,8 @@ def to_markdown(report: Mapping[str, Any]) -> str:
 
 
 def _pct(rows: Sequence[Mapping[str, Any]], key: str) -> str:
+    if not all(key in r for r in rows):
+        return "not run"
     right = sum(r[key] for r in rows)
     return f"{100 * right / max(1, len(rows)):.1f} ({right}/{len(rows)})"
 
@@ -268,11 +295,23 @@ def _cell(text: str, limit: int = 160) -> str:
 
 
 EXPLANATION = [
-    "Why answers can differ though both harnesses ask the same model under the same policy: "
-    "the official client rewrites the function documents before it sends them (dots in "
-    "names become underscores, BFCL types become JSON Schema ones, each description gets "
-    "a note that the function is Python 3), so the prompt differs by those tokens; greedy "
-    "decoding then follows them. `same calls` compares the calls with names normalized.",
+    "## Why the answers differ",
+    "",
+    "- **Between the two harnesses** (same model, same policy, same `auto`): the official "
+    "client rewrites the function documents before it sends them: dots in names become "
+    "underscores, BFCL's types become JSON Schema ones, and each description gains a note that "
+    "the function is written in Python 3. The prompt differs by those tokens and greedy "
+    "decoding follows them, e.g. `x**2` for `x^2` after the Python note, or an optional "
+    "argument added or dropped. `same calls` compares the calls with names normalized; the "
+    "official checker also reads the answer back through its own decoder.",
+    "- **`auto` against `required`**: under `auto` the grammar lets an answer be text, one "
+    "bare call or an array of calls (`grammars/json/tool_grammar.py`: forbidding the bare "
+    "call pushes a small model into prose). Given the choice, the 0.5B model opens a single "
+    "call with `{` and stops after it, so the parallel categories, which need 2 to 4 calls, "
+    "score nothing under either harness; our headline harness requires a call and gives those "
+    "categories the array grammar, and the model then writes several. A client that wants "
+    'several calls from this model should send `tool_choice="required"`, as the README\'s '
+    "example does.",
 ]
 
 
@@ -305,14 +344,17 @@ def main(argv: list[str] | None = None) -> int:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         ours = in_process(workload, args.policy, args.budget, work / "in_process")
+        headline = dataclasses.replace(workload, parallel=None, tool_choice="required")
+        required = in_process(headline, args.policy, args.budget, work / "in_process_required")
         theirs, serve_args, version = _official(args, bfcl, cases, work)
-    rows, paired = compare(cases, ours, theirs)
+    rows, paired = compare(cases, ours, theirs, required)
     report = {
         **stamp,
         "serve_args": serve_args,
         "bfcl_version": version,
         "official_model_label": OFFICIAL_MODEL,
         "in_process_settings": {k: v for k, v in workload.settings().items() if k != "given"},
+        "required_settings": {k: v for k, v in headline.settings().items() if k != "given"},
         "categories": categories,
         "paired": dataclasses.asdict(paired),
         "explanation": EXPLANATION,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from pask_agent.eval.bfcl_official import (
     official_calls,
     read_official,
     same_calls,
+    to_markdown,
 )
 
 
@@ -95,6 +97,28 @@ def test_rows_pair_both_harnesses_on_the_same_cases(tmp_path: Path) -> None:
         (False, True, False),
     ]
     assert (paired.n, paired.only_a, paired.only_b, paired.difference) == (2, 0, 1, -0.5)
+    assert "required" not in rows[0]
+
+
+def test_the_headline_column_and_call_counts_ride_along(tmp_path: Path) -> None:
+    cases = load_bfcl("simple_python", limit=3)[1:3]
+    one = [{"name": "math.factorial", "arguments": {"number": 5}}]
+    ours = {c.id: {"correct": False, "calls": one, "text": ""} for c in cases}
+    required = {
+        "simple_python_1": {"correct": True, "calls": one * 2},
+        "simple_python_2": {"correct": False, "calls": []},
+    }
+    theirs = read_official(_project(tmp_path), ["simple_python"])
+    rows, _ = compare(cases, ours, theirs, required)
+    assert [(r["required"], r["required_n_calls"]) for r in rows] == [(True, 2), (False, 0)]
+    assert [(r["in_process_n_calls"], r["official_n_calls"]) for r in rows] == [(1, 1), (1, 0)]
+    report = {
+        "command": "c", "git_commit": "g", "machine": "m", "serve_args": [], "bfcl_version": "v",
+        "in_process_settings": {}, "categories": ["simple_python"], "explanation": [],
+        "paired": dataclasses.asdict(compare(cases, ours, theirs)[1]), "rows": rows,
+    }  # fmt: skip
+    md = to_markdown(report)
+    assert "| simple_python | 2 | 50.0 (1/2) | 0.0 (0/2) | 1/2 | 50.0 (1/2) | 0 / 0 / 1 |" in md
 
 
 def test_a_missing_side_venv_names_the_command_that_makes_it(tmp_path: Path) -> None:
