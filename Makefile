@@ -23,9 +23,11 @@ demo: $(STAMP)
 	$(BIN)/python -m pask_agent.demo
 
 # Two pytest-xdist workers, one per core, each computing with one thread (tests/conftest.py);
-# a test file stays on one worker, so its module fixtures load once.
+# a test file stays on one worker, so its module fixtures load once; files go out longest first
+# (tests/file_seconds.json), not in xdist's order by test count.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 --dist loadfile -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -p no:cacheprovider \
+		--durations=25
 
 # llama.cpp's own batched benchmark, built from source into .peers/ (never a dependency):
 # `pask-agent bench --peer llamacpp` runs it beside our rows.

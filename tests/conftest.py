@@ -43,6 +43,12 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 
 
 _SUITE_STARTED = time.monotonic()
+# Seconds each test file took in a measured run (setup, call and teardown summed): `make test`
+# hands files to its two workers longest first (with xdist's own reorder by test count off), so
+# the run does not end on one worker finishing a long file while the other idles. Refresh with
+# PASK_FILE_SECONDS_OUT=tests/file_seconds.json make test; a file not listed runs last.
+_FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
+_SECONDS_BY_FILE: dict[str, float] = {}
 _RSS_GROWTH: list[tuple[float, str]] = []  # (GiB the process grew during a test, test id)
 
 
@@ -227,6 +233,16 @@ class _TreeMemory:
 _TREE_MEMORY = _TreeMemory()
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    seconds = json.loads(_FILE_SECONDS.read_text()) if _FILE_SECONDS.exists() else {}
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))  # stable
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = report.nodeid.split("::")[0]
+    _SECONDS_BY_FILE[path] = _SECONDS_BY_FILE.get(path, 0.0) + report.duration
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
         _TREE_MEMORY.start()
@@ -246,6 +262,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     peak together). For subprocesses only ``ru_maxrss`` of the largest child exists, and Linux
     keeps a forked child's inherited peak across exec, so that figure is an upper bound too."""
     minutes = (time.monotonic() - _SUITE_STARTED) / 60
+    if os.environ.get("PASK_FILE_SECONDS_OUT") and not hasattr(
+        terminalreporter.config, "workerinput"
+    ):
+        ranked = sorted(_SECONDS_BY_FILE.items(), key=lambda kv: -kv[1])
+        Path(os.environ["PASK_FILE_SECONDS_OUT"]).write_text(
+            json.dumps({path: round(s, 1) for path, s in ranked}, indent=1) + "\n"
+        )
     tree_peak = _TREE_MEMORY.stop()
     if tree_peak:
         terminalreporter.write_line(
