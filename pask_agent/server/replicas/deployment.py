@@ -274,7 +274,17 @@ def application(settings: ServerSettings, plan: ReplicaPlan) -> serve.Applicatio
 def run(
     settings: ServerSettings, plan: ReplicaPlan, *, host: str, port: int, address: str | None = None
 ) -> None:
-    """Deploy on a Ray cluster (``address``) or a local one, and serve until interrupted."""
+    """Deploy on a Ray cluster (``address``) or a local one, and serve until interrupted.
+
+    Ctrl-C (SIGINT) is how a user stops a server: the application and Ray Serve shut down and
+    the call returns, as the single-process server does, instead of ending in a traceback."""
     ray.init(address=address, include_dashboard=False, log_to_driver=True)
     serve.start(http_options={"host": host, "port": port})
-    serve.run(application(settings, plan), name=APP_NAME, route_prefix="/", blocking=True)
+    try:
+        serve.run(application(settings, plan), name=APP_NAME, route_prefix="/", blocking=True)
+    except KeyboardInterrupt:
+        print("pask-agent serve --ray: interrupted, shutting down the replicas", flush=True)
+    finally:
+        with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: leave Ray to its own exit
+            serve.shutdown()
+            ray.shutdown()
