@@ -78,8 +78,26 @@ def _compile(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.Compiled
 
 
 @pytest.fixture(scope="module")
-def qwen_grammars(qwen_tokenizer: Any, schemas: dict[str, SqlSchema]) -> dict[str, Any]:
-    return {db: _compile(qwen_tokenizer, s, len(qwen_tokenizer)) for db, s in schemas.items()}
+def qwen_grammar(qwen_tokenizer: Any, schemas: dict[str, SqlSchema]) -> Any:
+    """``qwen_grammar(db, **options)``: the Qwen-vocabulary grammar of one sample database,
+    compiled once per module (a compile takes seconds; the parametrized tests reuse a few)."""
+    info = xgr.TokenizerInfo.from_huggingface(qwen_tokenizer, vocab_size=len(qwen_tokenizer))
+    compiler = xgr.GrammarCompiler(info)
+    compiled: dict[tuple, xgr.CompiledGrammar] = {}
+
+    def grammar(db: str, **options: Any) -> xgr.CompiledGrammar:
+        key = (db, *sorted(options.items()))
+        if key not in compiled:
+            ebnf = compile_sql_grammar(schemas[db], **options)
+            compiled[key] = compiler.compile_grammar(ebnf)
+        return compiled[key]
+
+    return grammar
+
+
+@pytest.fixture(scope="module")
+def qwen_grammars(qwen_grammar: Any, schemas: dict[str, SqlSchema]) -> dict[str, Any]:
+    return {db: qwen_grammar(db) for db in schemas}
 
 
 def _walk(grammar: xgr.CompiledGrammar, tokenizer: Any, sql: str) -> tuple[int | None, bool]:
@@ -194,13 +212,12 @@ IN_ENROLLED = "SELECT student_id FROM enrollments"
     ],
 )  # fmt: skip
 def test_columns_are_bound_to_their_tables(
-    sql: str, bound_ok: bool, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+    sql: str, bound_ok: bool, qwen_tokenizer: Any, qwen_grammar: Any
 ) -> None:
     """Bound: a query over one table names only its columns, ``table.col`` only that table's.
     Unbound (the earlier grammar) accepts all of these; SQLite refuses the ones binding does."""
-    vocab = len(qwen_tokenizer)
-    bound = _compile(qwen_tokenizer, schemas["school"], vocab)
-    unbound = _compile_unbound(qwen_tokenizer, schemas["school"], vocab)
+    bound = qwen_grammar("school")
+    unbound = qwen_grammar("school", bind_columns=False)
     rejected_at, completed = _walk(bound, qwen_tokenizer, sql)
     assert (rejected_at is None and completed) is bound_ok
     assert _walk(unbound, qwen_tokenizer, sql) == (None, True)
@@ -220,12 +237,6 @@ def _school_finds_every_column(sql: str) -> bool:
         con.close()
 
 
-def _compile_unbound(tokenizer: Any, schema: SqlSchema, vocab_size: int) -> xgr.CompiledGrammar:
-    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
-    grammar = compile_sql_grammar(schema, bind_columns=False)
-    return xgr.GrammarCompiler(info).compile_grammar(grammar)
-
-
 ON_IDS = "ON courses.teacher_id = teachers.teacher_id"
 
 
@@ -243,11 +254,11 @@ ON_IDS = "ON courses.teacher_id = teachers.teacher_id"
     ],
 )  # fmt: skip
 def test_without_table_aliases_every_qualified_column_is_bound(
-    sql: str, ok: bool, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+    sql: str, ok: bool, qwen_tokenizer: Any, qwen_grammar: Any
 ) -> None:
     """``table_aliases=False``: a qualifier is a table's own name, so joins bind too; the
     grammar accepts a query exactly when SQLite finds every column."""
-    grammar = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=False)
+    grammar = qwen_grammar("school", table_aliases=False)
     rejected_at, completed = _walk(grammar, qwen_tokenizer, sql)
     assert (rejected_at is None and completed) is ok
     assert _school_finds_every_column(sql) is ok
@@ -264,25 +275,23 @@ def test_without_table_aliases_every_qualified_column_is_bound(
     ],
 )
 def test_without_table_aliases_aliases_and_unconditioned_joins_are_rejected(
-    sql: str, qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+    sql: str, qwen_tokenizer: Any, qwen_grammar: Any
 ) -> None:
     """SQLite runs all of these; only the unaliased grammar refuses them."""
-    unaliased = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=False)
+    unaliased = qwen_grammar("school", table_aliases=False)
     assert _walk(unaliased, qwen_tokenizer, sql) != (None, True)
-    aliased = _compile_with(qwen_tokenizer, schemas["school"], table_aliases=True)
+    aliased = qwen_grammar("school", table_aliases=True)
     assert _walk(aliased, qwen_tokenizer, sql) == (None, True)
     assert _school_finds_every_column(sql)
 
 
 def test_gold_queries_written_without_aliases_are_accepted(
-    qwen_tokenizer: Any, schemas: dict[str, SqlSchema]
+    qwen_tokenizer: Any, qwen_grammar: Any, schemas: dict[str, SqlSchema]
 ) -> None:
     """The gold set with each table alias replaced by its table's name (sqlglot), under the
     unaliased grammar. Two need what it leaves out: a derived table's alias as a qualifier
     (shop-26) and an outer table's column inside a one-table subquery (shop-28)."""
-    grammars = {
-        db: _compile_with(qwen_tokenizer, s, table_aliases=False) for db, s in schemas.items()
-    }
+    grammars = {db: qwen_grammar(db, table_aliases=False) for db in schemas}
     refused = []
     for q in load_sample_questions().questions:
         if _walk(grammars[q.db], qwen_tokenizer, _unalias(q.gold_sql)) != (None, True):
@@ -301,11 +310,6 @@ def _unalias(sql: str) -> str:
         if column.table in names:
             column.set("table", exp.to_identifier(names[column.table]))
     return tree.sql(dialect="sqlite")
-
-
-def _compile_with(tokenizer: Any, schema: SqlSchema, **options: Any) -> xgr.CompiledGrammar:
-    info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=len(tokenizer))
-    return xgr.GrammarCompiler(info).compile_grammar(compile_sql_grammar(schema, **options))
 
 
 # -- constrained generation with real models ---------------------------------------------
