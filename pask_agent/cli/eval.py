@@ -19,6 +19,8 @@ EVALS: dict[str, tuple[str, str]] = {
     "extract": ("pask_agent.eval.extract_eval", "long outputs: records extracted from documents"),
     "agent": ("pask_agent.eval.agent_eval", "sandbox conversations that must read their history"),
 }
+# not an eval of its own: it runs the evals above (and the benches) into results/current/
+HEADLINE = ("pask_agent.eval.headline", "every README headline, re-measured into one folder")
 
 
 def add_parser(sub: Any) -> None:
@@ -29,3 +31,7 @@ def add_parser(sub: Any) -> None:
         e = evals.add_parser(name, help=text, description=text)
         m.add_arguments(e)
         e.set_defaults(func=m.run)
+    module, text = HEADLINE
+    h = evals.add_parser("headline", help=text, description=text)
+    import_module(module).add_arguments(h)
+    h.set_defaults(func=import_module(module).run)

@@ -252,6 +252,7 @@ class Run:
     restart: bool = False
     concurrency: int | None = None
     shard: Shard | None = None
+    device: str | None = None  # RuntimeConfig.device ("cuda": the model and pools on a GPU)
 
 
 async def evaluate(
@@ -282,6 +283,8 @@ async def evaluate(
     model_name = model if isinstance(model, str) else model.name
     settings = {"workload": workload.name, "model": model_name, **workload.settings()}
     settings |= {"shard": f"{run.shard.index}/{run.shard.count}" if run.shard else None}
+    if run.device is not None:  # a GPU's rows differ in the last bits: never resumed as a CPU's
+        settings["device"] = run.device
     started = provenance()
     file = RowFile(run.out.with_suffix(".jsonl"), workload)
     keys = [
@@ -299,7 +302,7 @@ async def evaluate(
     if all(k in done for k in keys):
         return summarize_rows([done[k] for k in keys])  # a finished run: no model to load
     in_flight = min(len(cases), run.concurrency or len(cases)) * workload.requests_per_case()
-    config = runtime_config or RuntimeConfig(max_batch=max(16, in_flight))
+    config = runtime_config or RuntimeConfig(max_batch=max(16, in_flight), device=run.device)
     async with Runtime.open(model, config=config) as rt, workload.session(rt) as session:
         for cfg in configs:
             name = workload.config_name(cfg)

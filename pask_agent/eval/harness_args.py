@@ -49,6 +49,10 @@ def add_arguments(p: argparse.ArgumentParser, d: Defaults) -> None:
     )  # fmt: skip
     p.add_argument("--out", default=d.out, help=f"where results go (default {d.out})")
     p.add_argument("--model", default="default", help="bundled model name or model folder")
+    p.add_argument(
+        "--device", default=None,
+        help="where the model and KV pools run: cpu, cuda, cuda:N (default: where it loads)",
+    )  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument(
         "--reference", default=d.reference,
@@ -122,7 +126,7 @@ def run_eval(
         log(f"merged {len(parts)} workers into {out}.{{jsonl,json,md,png}}")
         return 0
     shard = Shard.parse(args.shard) if args.shard else None
-    run = Run(out, refs, args.restart, args.concurrency, shard)
+    run = Run(out, refs, args.restart, args.concurrency, shard, args.device)
     anyio.run(lambda: evaluate(workload, configs, run, model=args.model, log=log))
     log(f"wrote {out}.{{jsonl,json,md,png}}")
     return 0

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
-import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+
+from pask_agent.record.provenance import provenance
 
 _KINDS = ("string", "integer", "number", "boolean")
 
@@ -89,11 +88,6 @@ async def measure(
     return rows
 
 
-def _commit() -> str:
-    out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="default")
@@ -104,14 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="", help="name of this run in the output (before/after)")
     p.add_argument("--out", default="", help="append to OUT.json (a list of runs)")
     args = p.parse_args(argv)
+    started = time.monotonic()
     rows = anyio.run(
         measure, args.model, args.policies.split(","), args.budget, args.tools, args.chunk
     )
     run = {
         "label": args.label,
-        "command": "python -m pask_agent.eval.peak " + " ".join(argv or sys.argv[1:]),
-        "git_commit": _commit(),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
+        **provenance(None if argv is None else ["-m pask_agent.eval.peak", *argv]),
+        "wall_s": round(time.monotonic() - started, 1),
         "rows": rows,
     }
     print(json.dumps(run, indent=1))

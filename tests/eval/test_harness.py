@@ -356,3 +356,25 @@ def test_sql_records_written_before_the_harness_merge(tmp_path: Path) -> None:
     assert [c["config"] for c in body["configs"]] == ["full k=1", "pask@0.33 k=1"]
     assert body["configs"][0]["errors"] == 1 and body["configs"][1]["max_measured_b"] == 0.31
     assert body["paired_vs_full"]["pask k=1 @ 0.33"]["only_a"] == 1
+
+
+def test_device_flag_reaches_the_runtime_and_a_missing_gpu_is_a_typed_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--device`` (every harness eval) places the model and pools; asked for a GPU torch
+    cannot see, the run stops with the typed error (exit 2), and a name torch cannot parse
+    is refused the same way."""
+    import torch
+
+    from pask_agent.eval import bfcl_eval
+
+    base = ["--split", "dev", "--cases-per-category", "1", "--categories", "simple_python",
+            "--policies", "full", "--model", "smollm2-135m"]  # fmt: skip
+    base += ["--out", str(tmp_path / "r")]
+    assert bfcl_eval.main([*base, "--device", "gpu0"]) == 2
+    assert "is not a torch device" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert bfcl_eval.main([*base, "--device", "cuda"]) == 2
+        assert "torch sees no CUDA device" in capsys.readouterr().err
+    settings = json.loads((tmp_path / "r.json").read_text())["settings"]
+    assert settings["device"] in ("gpu0", "cuda")  # recorded: never resumed as a CPU run's
