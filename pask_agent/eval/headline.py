@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -40,7 +41,6 @@ from pask_agent.eval.harness_args import names
 from pask_agent.record.provenance import provenance
 
 DEFAULT_OUT = Path("results/current")
-QUICK_MODEL = ("--model", "smollm2-135m")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,8 @@ class Stage:
     module:
         The command's module, run as ``python -m module``.
     full, quick:
-        The arguments without ``--out``; ``quick`` None: the stage has no smoke-sized form.
+        The arguments without ``--out``, as typed; ``quick`` None: the stage has no
+        smoke-sized form.
     out:
         ``--out``'s value relative to the output folder (a stem or a folder, as the eval
         takes it).
@@ -72,8 +73,8 @@ class Stage:
     name: str
     what: str
     module: str
-    full: tuple[str, ...]
-    quick: tuple[str, ...] | None
+    full: str
+    quick: str | None
     out: str
     workers: bool = False
     needs: tuple[str, str] | None = None
@@ -85,242 +86,95 @@ class Stage:
         if args is None:
             raise ConfigError(f"stage {self.name!r} has no --quick form; leave it out with --skip")
         extra = ["--workers", str(workers)] if self.workers and workers > 1 else []
-        return [sys.executable, "-m", self.module, *args, "--out", str(out_dir / self.out), *extra]
+        out = ["--out", str(out_dir / self.out)]
+        return [sys.executable, "-m", self.module, *shlex.split(args), *out, *extra]
 
 
 _BUDGETS = "0.20,0.33"
+_QUICK = "--model smollm2-135m"
 STAGES: tuple[Stage, ...] = (
     Stage(
-        "bfcl",
-        "BFCL non-live test cases (50 per category): accuracy and measured B of every "
+        "bfcl", "BFCL non-live test cases (50 per category): accuracy and measured B of every "
         "policy at B = 0.20 and 0.33, paired against Full KV",
         "pask_agent.eval.bfcl_eval",
-        (
-            "--split",
-            "test",
-            "--cases-per-category",
-            "50",
-            "--policies",
-            "full,pask,int4,position_both,position,mikv,snapkv",
-            "--budgets",
-            _BUDGETS,
-        ),
-        (
-            "--split",
-            "dev",
-            "--cases-per-category",
-            "1",
-            "--policies",
-            "full,pask_hand,int4",
-            "--budgets",
-            "0.33",
-            "--max-new-tokens",
-            "48",
-            *QUICK_MODEL,
-        ),
-        "bfcl",
-        workers=True,
-        estimate_s=8 * 3600,
+        "--split test --cases-per-category 50 "
+        f"--policies full,pask,int4,position_both,position,mikv,snapkv --budgets {_BUDGETS}",
+        "--split dev --cases-per-category 1 --policies full,pask_hand,int4 --budgets 0.33 "
+        f"--max-new-tokens 48 {_QUICK}",
+        "bfcl", workers=True, estimate_s=4 * 3600,
     ),
     Stage(
-        "sql",
-        "text-to-SQL test questions, 5 candidates: execution accuracy and measured B",
+        "sql", "text-to-SQL test questions, 5 candidates: execution accuracy and measured B",
         "pask_agent.eval.sql_eval",
-        (
-            "--split",
-            "test",
-            "--policies",
-            "full,pask,int4,mikv",
-            "--budgets",
-            _BUDGETS,
-            "--candidates",
-            "5",
-        ),
-        (
-            "--split",
-            "dev",
-            "--limit",
-            "2",
-            "--candidates",
-            "1",
-            "--policies",
-            "full,int4",
-            "--budgets",
-            "0.33",
-            "--max-new-tokens",
-            "48",
-            *QUICK_MODEL,
-        ),
-        "sql",
-        workers=True,
-        estimate_s=4 * 3600,
+        f"--split test --policies full,pask,int4,mikv --budgets {_BUDGETS} --candidates 5",
+        "--split dev --limit 2 --candidates 1 --policies full,int4 --budgets 0.33 "
+        f"--max-new-tokens 48 {_QUICK}",
+        "sql", workers=True, estimate_s=4 * 3600,
     ),
     Stage(
-        "agent",
-        "agent conversations that must read their history: per-turn accuracy",
+        "agent", "agent conversations that must read their history: per-turn accuracy",
         "pask_agent.eval.agent_eval",
-        ("--split", "test", "--policies", "full,pask,int4,position_both", "--budgets", "0.20"),
-        (
-            "--split",
-            "dev",
-            "--conversations",
-            "1",
-            "--turns",
-            "2",
-            "--policies",
-            "full,int4",
-            "--budgets",
-            "0.33",
-            "--max-new-tokens",
-            "48",
-            *QUICK_MODEL,
-        ),
-        "agent",
-        workers=True,
-        estimate_s=6 * 3600,
+        "--split test --policies full,pask,int4,position_both --budgets 0.20",
+        "--split dev --conversations 1 --turns 2 --policies full,int4 --budgets 0.33 "
+        f"--max-new-tokens 48 {_QUICK}",
+        "agent", workers=True, estimate_s=6 * 3600,
     ),
     Stage(
-        "extract",
-        "long structured outputs (records extracted from documents): field F1",
+        "extract", "long structured outputs (records extracted from documents): field F1",
         "pask_agent.eval.extract_eval",
-        ("--split", "test", "--policies", "full,pask,int4,position_both", "--budgets", "0.20"),
-        (
-            "--split",
-            "dev",
-            "--limit",
-            "1",
-            "--policies",
-            "full,int4",
-            "--budgets",
-            "0.33",
-            "--max-new-tokens",
-            "96",
-            *QUICK_MODEL,
-        ),
-        "extract",
-        workers=True,
-        estimate_s=4 * 3600,
+        "--split test --policies full,pask,int4,position_both --budgets 0.20",
+        f"--split dev --limit 1 --policies full,int4 --budgets 0.33 --max-new-tokens 96 {_QUICK}",
+        "extract", workers=True, estimate_s=4 * 3600,
     ),
     Stage(
-        "bench",
-        "serving speed: Full KV, PASK and SnapKV at 1 and 8 concurrent 512-token "
+        "bench", "serving speed: Full KV, PASK and SnapKV at 1 and 8 concurrent 512-token "
         "requests (tok/s, TTFT, KV bytes)",
         "pask_agent.cli",
-        (
-            "bench",
-            "--policies",
-            "full,pask,snapkv",
-            "--budget",
-            "0.33",
-            "--concurrency",
-            "1,8",
-            "--prompt-tokens",
-            "512",
-            "--new-tokens",
-            "64",
-        ),
-        (
-            "bench",
-            "--policies",
-            "full,int4",
-            "--budget",
-            "0.33",
-            "--concurrency",
-            "1",
-            "--prompt-tokens",
-            "128",
-            "--new-tokens",
-            "8",
-            *QUICK_MODEL,
-        ),
-        "bench",
-        estimate_s=1200,
+        "bench --policies full,pask,snapkv --budget 0.33 --concurrency 1,8 --prompt-tokens 512 "
+        "--new-tokens 64",
+        "bench --policies full,int4 --budget 0.33 --concurrency 1 --prompt-tokens 128 "
+        f"--new-tokens 8 {_QUICK}",
+        "bench", estimate_s=1200,
     ),
     Stage(
-        "bench_peers",
-        "llama.cpp's llama-batched-bench on the same GGUF beside our Full KV and "
+        "bench_peers", "llama.cpp's llama-batched-bench on the same GGUF beside our Full KV and "
         "PASK (prefill and decode tok/s, KV bytes per token, peak RSS)",
         "pask_agent.cli",
-        (
-            "bench",
-            "--peer",
-            "llamacpp",
-            "--policies",
-            "full,pask",
-            "--budget",
-            "0.33",
-            "--concurrency",
-            "1,8",
-            "--prompt-tokens",
-            "512,4096",
-            "--new-tokens",
-            "64",
-            "--threads",
-            "2",
-        ),
-        None,
-        "bench_peers",
-        needs=(".peers/llamacpp", "make peer-llamacpp"),
-        estimate_s=2400,
+        "bench --peer llamacpp --policies full,pask --budget 0.33 --concurrency 1,8 "
+        "--prompt-tokens 512,4096 --new-tokens 64 --threads 2",
+        None, "bench_peers", needs=(".peers/llamacpp", "make peer-llamacpp"), estimate_s=2400,
     ),
     Stage(
-        "kvpress",
-        "NVIDIA kvpress's SnapKV, StreamingLLM, ExpectedAttention and KVzip on the "
+        "kvpress", "NVIDIA kvpress's SnapKV, StreamingLLM, ExpectedAttention and KVzip on the "
         "same BFCL test cases, same grammar and greedy decoding",
         "pask_agent.eval.kvpress_peer",
-        (
-            "--split",
-            "test",
-            "--cases-per-category",
-            "50",
-            "--presses",
-            "snapkv,streaming_llm,expected_attention,kvzip",
-            "--budgets",
-            _BUDGETS,
-        ),
-        None,
-        "bfcl_kvpress",
-        needs=(".peers/kvpress/venv", "make peer-kvpress"),
+        "--split test --cases-per-category 50 "
+        f"--presses snapkv,streaming_llm,expected_attention,kvzip --budgets {_BUDGETS}",
+        None, "bfcl_kvpress", needs=(".peers/kvpress/venv", "make peer-kvpress"),
         estimate_s=14 * 3600,
     ),
     Stage(
-        "peak",
-        "peak KV bytes of one long (~2.1k-token) tool prompt, Full KV against PASK",
+        "peak", "peak KV bytes of one long (~2.1k-token) tool prompt, Full KV against PASK",
         "pask_agent.eval.peak",
-        ("--policies", "full,pask", "--budget", "0.33"),
-        ("--policies", "full,int4", "--budget", "0.33", "--tools", "2", *QUICK_MODEL),
-        "peak",
-        estimate_s=300,
+        "--policies full,pask --budget 0.33",
+        f"--policies full,int4 --budget 0.33 --tools 2 {_QUICK}",
+        "peak", estimate_s=300,
     ),
     Stage(
-        "startup",
-        "pask-agent serve: process launch to the first answer, 5 launches",
+        "startup", "pask-agent serve: process launch to the first answer, 5 launches",
         "pask_agent.eval.startup",
-        ("--policy", "pask", "--budget", "0.33", "--launches", "5"),
-        ("--policy", "full", "--launches", "1", *QUICK_MODEL),
-        "serve_startup.json",
-        estimate_s=300,
+        "--policy pask --budget 0.33 --launches 5",
+        f"--policy full --launches 1 {_QUICK}",
+        "serve_startup.json", estimate_s=300,
     ),
     Stage(
-        "soak",
-        "load and cancellation soak: every request ends, no KV or memory leaks",
+        "soak", "load and cancellation soak: every request ends, no KV or memory leaks",
         "pask_agent.eval.soak",
-        (),
-        (
-            "--requests",
-            "12",
-            "--concurrency",
-            "4",
-            "--cancel-fraction",
-            "0.34",
-            "--max-batch",
-            "4",
-            *QUICK_MODEL,
-        ),
-        "soak",
-        estimate_s=1800,
+        "",
+        f"--requests 12 --concurrency 4 --cancel-fraction 0.34 --max-batch 4 {_QUICK}",
+        "soak", estimate_s=1800,
     ),
-)
+)  # fmt: skip
 STAGE_NAMES = tuple(s.name for s in STAGES)
 
 
