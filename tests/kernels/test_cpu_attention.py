@@ -19,6 +19,10 @@ from test_attention import CASES, Case, _rel_err, build_inputs, dense_attention
 from pask_agent.kernels import cpu_attention
 from pask_agent.kernels.attention import mixed_attention, mixed_attention_cpu, mixed_attention_ref
 
+# the builds here run gcc (cc1 takes 1.3 GB building the kernel): a worker's default model
+# goes meanwhile, or the suite's peak passes 10 GB (two workers' models plus the compiler)
+pytestmark = pytest.mark.usefixtures("no_default_model_here")
+
 SERVER_SHAPE = Case((1,) * 11, (36, 0, 5, 70, 1, 2, 3, 4, 5, 6, 7), (700,) * 10 + (65,), 14, 2, 64)
 
 
