@@ -24,32 +24,47 @@ STRUCTURED = frozenset({"pask", "pask_hand"})
 
 
 def write_index(out: Path, manifest: Mapping[str, Any], stages: Sequence[Any]) -> Path:
-    """``<out>/README.md``: every file under ``out``, the stage that wrote it, what the stage
-    measures, its command, commit and wall time (from the manifest)."""
+    """``<out>/README.md``: one line per stage that wrote files there (its files, what it
+    measures, its command, commit and wall time, from the manifest), then any file no stage
+    claims, so nothing in the folder goes unlisted."""
     entries = manifest.get("stages", {})
+    files: dict[str | None, list[str]] = {}
+    for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        rel = path.relative_to(out).as_posix()
+        if rel not in ("README.md", "headline.json") and not rel.endswith(".tmp"):
+            files.setdefault(_owner(rel, {s.name: s for s in stages}), []).append(rel)
+    profile = manifest.get("profile", "?")
     lines = [
-        f"# Current results ({manifest.get('profile', '?')} profile)",
+        f"# Current results ({profile} profile)",
         "",
-        "Written by `pask-agent eval headline`; each stage's files carry their own command, "
-        "commit and machine. Stage wall times are on the machine named below.",
+        (
+            "Written by `pask-agent eval headline --quick`: SmolLM2 at smoke size, a check of "
+            "the pipeline, not results."
+            if profile == "quick"
+            else "Written by `pask-agent eval headline`."
+        )
+        + " Each stage's files also carry their own command, commit and machine; "
+        "`headline.json` holds the manifest.",
         "",
         f"Machine: {manifest.get('machine', '?')}",
         "",
-        "| file | stage | measures | command | commit | wall |",
+        "| stage | files | measures (full profile) | command | commit | wall |",
         "|---|---|---|---|---|---|",
     ]
-    owners = {s.name: s for s in stages}
-    for path in sorted(p for p in out.rglob("*") if p.is_file()):
-        rel = path.relative_to(out).as_posix()
-        if rel in ("README.md", "headline.json") or rel.endswith(".tmp"):
+    for stage in stages:
+        if stage.name not in files:
             continue
-        name = _owner(rel, owners)
-        entry = entries.get(name, {}) if name else {}
-        what = owners[name].what if name else "not written by a headline stage"
-        commit = str(entry.get("git_commit", ""))[:12]
+        entry = entries.get(stage.name, {})
+        listed = ", ".join(f"`{f}`" for f in files[stage.name])
+        commit = str(entry.get("git_commit", ""))
+        commit = commit[:12] + (" (dirty)" if commit.endswith("+dirty") else "")
         wall = f"{entry['seconds'] / 60:.1f} min" if "seconds" in entry else ""
-        command = entry.get("command", "")
-        lines.append(f"| `{rel}` | {name or '–'} | {what} | `{command}` | {commit} | {wall} |")
+        lines.append(
+            f"| {stage.name} | {listed} | {stage.what} | `{entry.get('command', '')}` | "
+            f"{commit} | {wall} |"
+        )
+    for rel in files.get(None, []):
+        lines.append(f"| – | `{rel}` | not written by a headline stage | | | |")
     index = out / "README.md"
     index.write_text("\n".join(lines) + "\n")
     return index

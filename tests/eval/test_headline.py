@@ -90,7 +90,7 @@ def test_quick_peak_stage_runs_then_is_kept_and_indexed(tmp_path: Path) -> None:
     runs = written if isinstance(written, list) else [written]
     assert all("git_commit" in r and "machine" in r for r in runs)
     index = (tmp_path / "README.md").read_text()
-    assert "| `peak.json` | peak |" in index and "pask_agent.eval.peak" in index
+    assert "| peak | `peak.json` |" in index and "pask_agent.eval.peak" in index
 
     again = run_headline(stages, tmp_path, quick=True, runner=runner, log=logs.append)
     assert len(ran) == 1 and again["stages"]["peak"] == entry
