@@ -1,7 +1,7 @@
 """Calibration selects a table at the prompt budgets the runtime serves it with (issue 30,
 item 1): for the same prompt and budget, the ``B_P`` calibration's prompt candidates are
 replayed at (``calibrate.selection_prompt_budgets``) is the ``B_P`` the runtime's PASK session
-plans (``usage.planned_b_prompt``), and decoding is planned at ``max(B_D, INT4's cost)``.
+plans (``usage.planned_b_prompt``), and decoding is planned at ``max(B_D, min(INT4's cost, B))``.
 
 SmolLM2-135M, two traces recorded by the runtime itself, the shipped table (transferred: its
 budgets and expected answer length are what is being checked, not its buckets).
@@ -84,8 +84,8 @@ def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> No
     served = anyio.run(serve)
     for b in budgets:
         assert table.budget_decode < min(float(floor), b)  # the floor is what binds here
-        # decoding is planned at max(B_D, INT4's cost), not max(B_D, B)
-        decode = max(table.budget_decode, float(floor))
+        # decoding is planned at max(B_D, min(INT4's cost, B)), not max(B_D, B)
+        decode = max(table.budget_decode, min(float(floor), b))
         for usage, r, b_p in zip(served[b], replayed, selected[b], strict=True):
             assert usage.prompt_tokens == r.prompt_len
             assert usage.planned_b_prompt == b_p  # the same function on the same numbers

@@ -154,14 +154,13 @@ def test_a_bad_budget_is_refused_before_any_plan(name: str, bad: float, small_co
         policy.start(PolicyEnv(small_costs, 1, 2, bad))
 
 
-def test_decode_is_not_planned_below_int4_cost_while_the_prompt_can_pay() -> None:
+def test_decode_is_not_planned_below_int4_cost_while_the_total_allows() -> None:
     """Releasing answer tokens is what a B_D below INT4's cost asks for, and the calibration
-    that chose B_D cannot validate it: the floor lifts B_D to INT4's cost at every total,
-    below it too (the prompt gives up the difference)."""
+    that chose B_D cannot validate it: the floor lifts B_D to INT4's cost, or to B if lower."""
     floor = PayloadCosts.from_dims(24, 2, 64).int4_share
     assert floor == Fraction(17, 64)  # 4-bit codes + FP16 scale per 64-dim row, over BF16
     kw = dict(prompt_tokens=800, answer_tokens=59, sinks=4, window=16)
-    for total, want in ((0.33, floor), (0.2, floor), (0.1, floor)):
+    for total, want in ((0.33, floor), (0.2, Fraction(1, 5)), (0.1, Fraction(157, 1000))):
         floored = solve_stage_budgets(total, decode=0.157, decode_floor=floor, **kw)
         assert floored.decode == want
         plain = solve_stage_budgets(total, decode=0.157, **kw)
