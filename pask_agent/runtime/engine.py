@@ -85,7 +85,10 @@ class Engine:
         self.cache = PaskCache(self.store)
         use_pask_attention(self.model)
         self.vocab_size = int(self.model.config.vocab_size)
-        self.masks = LogitMasks(self.tokenizer, self.vocab_size, cfg.continue_calls_at)
+        self.masks = loaded.shared(
+            ("masks", self.vocab_size, cfg.continue_calls_at),
+            lambda: LogitMasks(self.tokenizer, self.vocab_size, cfg.continue_calls_at),
+        )
         self.stop_ids = self.masks.stop_ids
         self.inbox: deque[Request] = deque()
         self._retired: deque[SequenceState] = deque()

@@ -52,7 +52,10 @@ class Runtime:
         self.default_budget = check_budget(budget)  # before the seconds of setup below
         self.engine = Engine(loaded, config)
         self.tokenizer = loaded.tokenizer
-        self.outputs = OutputCompiler(loaded.tokenizer, self.engine.vocab_size)
+        vocab = self.engine.vocab_size
+        self.outputs = loaded.shared(
+            ("outputs", vocab), lambda: OutputCompiler(loaded.tokenizer, vocab)
+        )
         self.default_policy = _resolve_policy(policy)
         lay = self.engine.layout
         self.costs = PayloadCosts.from_dims(lay.num_layers, lay.num_kv_heads, lay.head_dim)

@@ -44,6 +44,9 @@ QUESTIONS = [
     "Convert 12.5 USD to CHF and tell me the weather in Zurich.",
 ]
 WINDOW = 8
+# SmolLM2 writes calls until the token limit (parallel calls allowed): every decision of a
+# trace costs a decode step here and a replayed position in each calibration below.
+MAX_NEW_TOKENS = 32
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def recorded(smollm2, tmp_path_factory) -> tuple[Path, Path]:
                     [{"role": "user", "content": q}],
                     tools=[get_weather, convert_currency],
                     tool_choice="required",
-                    max_new_tokens=48,
+                    max_new_tokens=MAX_NEW_TOKENS,
                     record_traces=str(cal if i < 4 else dev),
                 )
 
@@ -83,8 +86,14 @@ def _contexts(model: Any, path: Path) -> list[TraceContext]:
     ]
 
 
-def test_replay_reproduces_the_recorded_greedy_decisions(smollm2, recorded) -> None:
-    contexts = _contexts(smollm2, recorded[0])
+@pytest.fixture(scope="module")
+def cal_contexts(smollm2, recorded) -> list[TraceContext]:
+    """The calibration traces replayed once (about 6 s, 0.2 GB) for the two tests below."""
+    return _contexts(smollm2, recorded[0])
+
+
+def test_replay_reproduces_the_recorded_greedy_decisions(cal_contexts) -> None:
+    contexts = cal_contexts
     decisions = sum(int(c.valid.sum()) for c in contexts)
     reproduced = np.mean([c.stable_fraction for c in contexts])
     assert decisions > 30 and reproduced >= 0.95  # FP32 replay vs the runtime's own decoding
@@ -128,10 +137,12 @@ class ReleasePrompt(Policy):
         return _ReleaseSession(env.sinks, env.window)
 
 
-def test_the_runtime_changes_an_answer_exactly_when_the_replay_says_so(smollm2, recorded) -> None:
+def test_the_runtime_changes_an_answer_exactly_when_the_replay_says_so(
+    smollm2, recorded, cal_contexts
+) -> None:
     """The agreement check at unit size: releasing the prompt, free-running vs the proxy."""
     traces = read_traces(recorded[0])
-    contexts = _contexts(smollm2, recorded[0])
+    contexts = cal_contexts
 
     async def main() -> list[tuple[str, str]]:
         out = []
@@ -139,7 +150,7 @@ def test_the_runtime_changes_an_answer_exactly_when_the_replay_says_so(smollm2, 
         async with Runtime.open(smollm2, config=config) as rt:
             for t in traces:
                 kw: dict[str, Any] = dict(
-                    tools=list(t.tools), tool_choice="required", max_new_tokens=48
+                    tools=list(t.tools), tool_choice="required", max_new_tokens=MAX_NEW_TOKENS
                 )
                 same = await rt.chat(list(t.messages), policy="full", **kw)
                 gone = await rt.chat(list(t.messages), policy=ReleasePrompt(), **kw)
@@ -325,14 +336,14 @@ def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_
 
     cal, dev = recorded
     data = load_sample_questions(split="dev")
-    questions = SqlQuestionSet(data.questions[:3], data.databases)
+    questions = SqlQuestionSet(data.questions[:2], data.databases)
 
     async def main() -> list[Any]:
         async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
-            return await record_sql(rt, questions, max_new_tokens=48)
+            return await record_sql(rt, questions, max_new_tokens=MAX_NEW_TOKENS)
 
     traces = anyio.run(main)  # what `pask-agent traces record --sql` writes, on this model
-    assert len(traces) == 3 and all(t.sql_schema for t in traces)
+    assert len(traces) == 2 and all(t.sql_schema for t in traces)
     sql = tmp_path / "sql.jsonl"
     write_traces(sql, traces)
     config = CalibrationConfig(
@@ -347,8 +358,8 @@ def test_calibrate_measures_sql_traces_beside_tool_calls(smollm2, recorded, tmp_
     assert table.budget_total == 0.5 and table.prefill == table.plans[1].prefill  # type: ignore[index]
     assert table.plans[0].budget_prefill < table.plans[1].budget_prefill  # type: ignore[index]
     assert table.at_budget(0.3).budget_total == 0.25 and table.at_budget(0.6).budget_total == 0.5
-    assert [t["n"] for t in table.calibration["traces"]] == [4, 3, 2, 3]  # type: ignore[index]
+    assert [t["n"] for t in table.calibration["traces"]] == [4, 2, 2, 2]  # type: ignore[index]
     report = json.loads(result.report_path.read_text())
-    assert report["cal_traces"] == 7 and report["dev_traces"] == 5
+    assert report["cal_traces"] == 6 and report["dev_traces"] == 4
     # the SQL traces are development groups of their own (BIRD difficulty), weighted equally
     assert {t.group for t in traces} <= set(report["dev_groups"])

@@ -19,9 +19,11 @@ def test_calibrate_from_your_agent_recipe_on_smollm2(tmp_path: Path) -> None:
     recipe = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = recipe
     spec.loader.exec_module(recipe)
-    out = recipe.main(["--model", "smollm2-135m", "--questions", "4", "--out", str(tmp_path)])
+    # Two questions, at least one recorded turn each: the split still writes a calibration and
+    # a development file (each SmolLM2 turn can decode to the recipe's 96-token limit).
+    out = recipe.main(["--model", "smollm2-135m", "--questions", "2", "--out", str(tmp_path)])
     recorded = read_traces(tmp_path / "agent_traces.jsonl")
-    assert len(recorded) >= 4 and all(t.model.name == "smollm2-135m" for t in recorded)
+    assert len(recorded) >= 2 and all(t.model.name == "smollm2-135m" for t in recorded)
     table = PolicyTable.read(out["table"])
     assert table.source == "calibrated" and table.model_id == "SmolLM2-135M-Instruct"
     hashes = {t["path"] for t in table.calibration["traces"]}  # type: ignore[index]

@@ -301,7 +301,7 @@ def test_bird_folder_runs_end_to_end_and_changes_no_database(tmp_path: Path) -> 
     before = _snapshot(root)
     out = tmp_path / "out"
     argv = ["--bird", str(root), "--model", "smollm2-135m", "--candidates", "2", "--out", str(out)]
-    argv += ["--max-new-tokens", "40"]  # the flow is under test, not the queries
+    argv += ["--max-new-tokens", "24"]  # the flow is under test, not the queries
     argv += ["--policies", "full,streaming", "--budgets", "0.5"]
     assert main(argv) == 0
     assert _snapshot(root) == before
@@ -323,7 +323,7 @@ def test_sample_benchmark_leaves_every_database_unchanged(tmp_path: Path) -> Non
     assert set(databases) == {"shop", "school", "library", "flights"}
     before = {db: hashlib.sha256(p.read_bytes()).hexdigest() for db, p in databases.items()}
     argv = ["--split", "dev", "--limit", "2", "--model", "smollm2-135m", "--candidates", "2"]
-    argv += ["--max-new-tokens", "40"]
+    argv += ["--max-new-tokens", "24"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
     after = {db: hashlib.sha256(p.read_bytes()).hexdigest() for db, p in databases.items()}
     assert after == before

@@ -104,8 +104,8 @@ def test_smollm2_candidates_vote_in_one_batch(smollm2: Any) -> None:
 
     async def main() -> tuple[list[Any], list[Any]]:
         async with Runtime.open(smollm2) as rt:
-            voting = SQLiteAssistant(shop, runtime=rt, candidates=3, max_new_tokens=48)
-            greedy = SQLiteAssistant(shop, runtime=rt, candidates=1, max_new_tokens=48)
+            voting = SQLiteAssistant(shop, runtime=rt, candidates=3, max_new_tokens=32)
+            greedy = SQLiteAssistant(shop, runtime=rt, candidates=1, max_new_tokens=32)
             try:
                 first = [await voting.ask(q) for q in QUESTIONS]
                 plain = [await greedy.ask(q) for q in QUESTIONS]

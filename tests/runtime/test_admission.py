@@ -174,7 +174,7 @@ def test_generated_tokens_reserve_low_rows_even_at_decode_budget_one(tiny, polic
     answer family its table never measured, whose ceiling stores INT4 what would pass
     ``B + tolerance``; and a calibration probe that stores one group of every token INT4."""
     ids, _ = _prompt(tiny)
-    labels = ["protected_content"] * len(ids)  # the calibrated table plans no L in group 0
+    labels = ["protected_content"] * len(ids)  # one label: the plan is the table's for it
     if policy_kind == "pask":
         table = PaskPolicy(allow_transfer=True).resolved_table()
         policy = PaskPolicy(table.model_copy(update={"budget_decode": 1.0}), allow_transfer=True)

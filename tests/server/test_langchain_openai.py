@@ -88,7 +88,7 @@ def test_create_agent_makes_the_same_calls_over_http_and_in_process(smol: Thread
     in_process = create_agent(
         PaskChatModel(model="smollm2-135m", max_tokens=48), tools, middleware=middleware
     )
-    for question in ("What is the weather in Lisbon?", "How warm is it in Oslo today?"):
-        http_steps = run(over_http, question)
-        assert len(http_steps) >= 2 and all(http_steps), http_steps  # a call at every step
-        assert http_steps == run(in_process, question)
+    question = "What is the weather in Lisbon?"
+    http_steps = run(over_http, question)
+    assert len(http_steps) >= 2 and all(http_steps), http_steps  # a call at every step
+    assert http_steps == run(in_process, question)

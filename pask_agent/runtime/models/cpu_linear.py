@@ -65,13 +65,10 @@ class OneDNNLinear(nn.Module):
 
 
 def _eligible(module: nn.Module) -> bool:
+    if type(module) is not nn.Linear:  # before .weight: a OneDNNLinear's densifies its copy
+        return False
     weight = getattr(module, "weight", None)
-    return (
-        type(module) is nn.Linear
-        and weight is not None
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-    )
+    return weight is not None and weight.device.type == "cpu" and weight.dtype == torch.float32
 
 
 def prepack_linear_layers(model: nn.Module) -> int:

@@ -28,12 +28,12 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -92,6 +92,9 @@ BUNDLED: dict[str, BundledModel] = {
 ALIASES = {"qwen2.5-coder-0.5b": "default", "smollm2": "smollm2-135m"}
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A transformers causal LM with its tokenizer, and where they were loaded from."""
@@ -100,6 +103,17 @@ class LoadedModel:
     path: Path
     model: Any
     tokenizer: Any
+    _parts: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def shared(self, key: Hashable, build: Callable[[], T]) -> T:
+        """A part derived from this model and tokenizer alone (the grammar compiler with the
+        grammars it compiled, the token masks), built by the first runtime that asks and
+        reused by every later one: opening a runtime on the 152k-token vocabulary otherwise
+        rebuilds them, about 2 s each time, and compiles every SQL grammar again. Parts must
+        not change once built (or change only by caching, as the compiler does)."""
+        if key not in self._parts:
+            self._parts[key] = build()
+        return self._parts[key]  # type: ignore[no-any-return]
 
     @cached_property
     def key_offsets(self) -> torch.Tensor:
