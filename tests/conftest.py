@@ -257,10 +257,11 @@ def pytest_testnodedown(node, error) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print the suite's wall time and peak memory, so CI's log shows both against the suite's
-    limits (20 minutes, 10 GB on the 2-core CI machine). A process's own peak is ``VmHWM``;
-    under xdist the workers' peaks are summed (an upper bound on the suite's: they need not
-    peak together). For subprocesses only ``ru_maxrss`` of the largest child exists, and Linux
-    keeps a forked child's inherited peak across exec, so that figure is an upper bound too."""
+    limits (20 minutes, 10 GB on the 2-core CI machine). The suite's peak is the sampled PSS of
+    the whole process tree (``_TreeMemory``); each pytest process's own peak (``VmHWM``) is
+    printed beside it, but those need not coincide, so their sum would overstate the suite's.
+    For subprocesses only ``ru_maxrss`` of the largest child exists, and Linux keeps a forked
+    child's inherited peak across exec, so that figure is an upper bound."""
     minutes = (time.monotonic() - _SUITE_STARTED) / 60
     if os.environ.get("PASK_FILE_SECONDS_OUT") and not hasattr(
         terminalreporter.config, "workerinput"
@@ -281,9 +282,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     workers = _WORKER_FIGURES or [_own_figures()]
     peaks = " + ".join(f"{w['hwm']:.2f}" for w in workers)
     child = max(w["child"] for w in workers)
+    memory = (  # the sampled PSS peak where /proc has it; else an upper bound
+        f"peak memory {tree_peak:.2f} GiB (PSS, above)"
+        if tree_peak
+        else f"peak memory at most {sum(w['hwm'] for w in workers):.2f} GiB"
+    )
     terminalreporter.write_line(
-        f"suite: {minutes:.1f} min wall, peak RSS {sum(w['hwm'] for w in workers):.2f} GiB "
-        f"(pytest processes: {peaks}); largest subprocess at most {child:.2f} GiB (ru_maxrss, "
+        f"suite: {minutes:.1f} min wall, {memory}; each pytest process's own RSS peak, at its "
+        f"own moment: {peaks} GiB; largest subprocess at most {child:.2f} GiB (ru_maxrss, "
         "which counts pages a fork inherited)"
     )
     grew = sorted((tuple(g) for w in workers for g in w["growth"]), reverse=True)[:8]
