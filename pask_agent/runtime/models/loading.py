@@ -6,15 +6,13 @@ minutes, so it happens once: the result is written to a temporary folder in the 
 checked, and renamed into place. A folder without a complete manifest, or whose files do not
 match the manifest, is rebuilt, so a killed conversion never leaves a cache that looks valid.
 
-Builds hold an exclusive ``flock`` on ``.<name>.lock`` next to the folder: two processes
-that start at once (a test run beside a server) convert once, the second waits and then
-uses the first one's cache. The kernel drops the lock when its holder dies, so a killed
-build blocks nobody; its temporary folder is removed by the next build.
+Builds hold an exclusive ``flock`` on ``.<name>.lock`` next to the folder: two processes that
+start at once convert once, the second then uses the first one's cache. The kernel drops the
+lock when its holder dies; a killed build's temporary folder is removed by the next build.
 
-The bundled packages are pinned by SHA-256. The manifest records the size and mtime of each
-package file; when they change (a reinstall, an upgrade, a corrupted file) the files are
-hashed again, and content that is not the pinned model is refused with
-``ModelHashMismatchError`` even if a good cache exists: the install is not what it claims.
+The bundled packages are pinned by SHA-256. When a package file's size or mtime differs from
+the manifest's (a reinstall, an upgrade, corruption) the files are hashed again, and content
+that is not the pinned model is refused with ``ModelHashMismatchError``, good cache or not.
 """
 
 from __future__ import annotations
@@ -97,7 +95,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A transformers causal LM with its tokenizer, and where they were loaded from."""
+    """A transformers causal LM with its tokenizer, where they were loaded from, and the parts
+    every runtime on them shares."""
 
     name: str
     path: Path
@@ -106,14 +105,11 @@ class LoadedModel:
     _parts: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def shared(self, key: Hashable, build: Callable[[], T]) -> T:
-        """A part derived from this model and tokenizer alone (the grammar compiler with the
-        grammars it compiled, the token masks), built by the first runtime that asks and
-        reused by every later one: opening a runtime on the 152k-token vocabulary otherwise
-        rebuilds them, about 2 s each time, and compiles every SQL grammar again. Parts must
-        not change once built (or change only by caching, as the compiler does)."""
-        if key not in self._parts:
-            self._parts[key] = build()
-        return self._parts[key]  # type: ignore[no-any-return]
+        """A part derived from this model alone (the grammar compiler and what it compiled,
+        the token masks), built by the first runtime that asks and reused by later ones: on
+        the 152k-token vocabulary each costs about 2 s per runtime. Parts never change once
+        built, except by caching (the compiler)."""
+        return self._parts[key] if key in self._parts else self._parts.setdefault(key, build())
 
     @cached_property
     def key_offsets(self) -> torch.Tensor:
@@ -378,11 +374,10 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
     """Load a causal LM and its tokenizer fully offline.
 
     Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
-    than bf16 ones (the KV store still keeps its high pool in bf16).
-
-    A model this process still holds (same folder and dtype) is returned, not loaded again:
-    inference never writes weights, and a runtime, an SQL assistant and a LangChain model on
-    ``"default"`` side by side would otherwise hold three 2 GB copies.
+    than bf16 ones (the KV store still keeps its high pool in bf16). A model this process still
+    holds (same folder and dtype) is returned, not loaded again: inference never writes
+    weights, and a runtime, an SQL assistant and a LangChain model on ``"default"`` would
+    otherwise hold three 2 GB copies.
     """
     from transformers import AutoModelForCausalLM
 
