@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 import xgrammar as xgr
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from pask_agent.errors import (
     ConfigError,
@@ -73,23 +72,6 @@ def _run(loaded: LoadedModel, body: Callable[[Runtime], Awaitable[Any]], **open_
             return await body(rt)
 
     return anyio.run(main)
-
-
-Served = tuple[BlockingPortal, Runtime]  # a runtime open on a portal's event loop
-
-
-@pytest.fixture(scope="module")
-def runtime(tiny: LoadedModel) -> Iterator[Served]:
-    """One runtime for the rows that need no configuration of their own: opening one over the
-    152k-token vocabulary costs about 2 s, and a server answers every such request from one."""
-    with start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(Runtime.open(tiny)) as rt:
-            yield portal, rt
-
-
-def _on(runtime: Served, body: Callable[[Runtime], Awaitable[Any]]) -> Any:
-    portal, rt = runtime
-    return portal.call(body, rt)
 
 
 def _user(text: str) -> list[dict[str, str]]:
@@ -198,8 +180,8 @@ BUDGETS = [0.0, -0.25, 1.5, float("nan")]
 
 
 @pytest.fixture(scope="module")
-def refusals(runtime: Served) -> dict[str, BaseException | None]:
-    """Every runtime row asked of one runtime (opening one costs seconds of tokenizer setup);
+def refusals(tiny: LoadedModel) -> dict[str, BaseException | None]:
+    """Every runtime row asked of one runtime (each request a fresh check of the same store);
     each row's test then checks what its request raised."""
 
     async def body(rt: Runtime) -> dict[str, BaseException | None]:
@@ -213,7 +195,7 @@ def refusals(runtime: Served) -> dict[str, BaseException | None]:
         assert not rt.engine.inbox and not rt.engine.live  # nothing was queued
         return out
 
-    return _on(runtime, body)
+    return _run(tiny, body)
 
 
 @pytest.mark.parametrize(
@@ -265,7 +247,7 @@ async def _open_with_budget(budget: float) -> None:
         pass
 
 
-def test_per_call_budget_outside_zero_one(runtime: Served) -> None:
+def test_per_call_budget_outside_zero_one(tiny: LoadedModel) -> None:
     async def body(rt: Runtime) -> None:
         for budget in BUDGETS:
             expected = rf"budget {re.escape(repr(budget))} is outside \(0, 1\]"
@@ -275,7 +257,7 @@ def test_per_call_budget_outside_zero_one(runtime: Served) -> None:
                 await rt.call([WEATHER], "hi", budget=budget)
         assert not rt.engine.inbox and not rt.engine.live
 
-    _on(runtime, body)
+    _run(tiny, body)
 
 
 def test_conversation_reused_across_models(tiny: LoadedModel) -> None:
@@ -366,7 +348,7 @@ def test_file_that_is_not_sqlite(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- legal but unusual: must work
 
 
-def test_thousand_value_enum_works(runtime: Served) -> None:
+def test_thousand_value_enum_works(tiny: LoadedModel) -> None:
     values = [f"v{i:04d}" for i in range(1000)]
     schema = {
         "type": "object",
@@ -383,12 +365,12 @@ def test_thousand_value_enum_works(runtime: Served) -> None:
         )  # fmt: skip
         return value, result.tool_calls
 
-    value, calls = _on(runtime, body)
+    value, calls = _run(tiny, body)
     assert value["code"] in values
     assert [c.name for c in calls] == ["pick_code"] and calls[0].arguments["code"] in values
 
 
-def test_schema_nested_forty_deep_works(runtime: Served) -> None:
+def test_schema_nested_forty_deep_works(tiny: LoadedModel) -> None:
     schema = _nested(40)
 
     async def body(rt: Runtime) -> tuple[Any, Any]:
@@ -399,7 +381,7 @@ def test_schema_nested_forty_deep_works(runtime: Served) -> None:
         )  # fmt: skip
         return value, result.tool_calls
 
-    value, calls = _on(runtime, body)
+    value, calls = _run(tiny, body)
     assert _depth(value) == 40 and isinstance(_leaf(value), bool)
     assert len(calls) == 1 and _depth(calls[0].arguments) == 40
 
@@ -408,7 +390,7 @@ def _leaf(value: Any) -> Any:
     return _leaf(value["x"]) if isinstance(value, dict) else value
 
 
-def test_unicode_and_emoji_in_names_schemas_and_prompts_work(runtime: Served) -> None:
+def test_unicode_and_emoji_in_names_schemas_and_prompts_work(tiny: LoadedModel) -> None:
     tool = {
         "type": "function",
         "function": {
@@ -437,7 +419,7 @@ def test_unicode_and_emoji_in_names_schemas_and_prompts_work(runtime: Served) ->
         text = await rt.chat(_user("Say «héllo» 👋 in 日本語"), max_new_tokens=8)
         return calls, value, text
 
-    calls, value, text = _on(runtime, body)
+    calls, value, text = _run(tiny, body)
     assert [c.name for c in calls] == ["météo_☀️"]
     assert calls[0].arguments["ville_🏙"] in ("Zürich", "東京", "🌍")
     assert value["名前"] in ("🍣", "Ünïcødé")

@@ -19,14 +19,12 @@ An unlisted registered policy name fails ``test_every_registered_policy_is_liste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
 from policies import ALL_POLICIES, PolicyCase, policy_params
 
 from pask_agent.errors import ConfigError
@@ -91,55 +89,37 @@ async def _batch(rt: Runtime, cases: list[Any], policy: Any, budget: float | Non
     return out
 
 
-@pytest.fixture(scope="module")
-def runtime(tiny: LoadedModel) -> Iterator[tuple[BlockingPortal, Runtime]]:
-    """One runtime for every policy of the module, as a server holds one: policies are per
-    request, and each run ends its conversations, so the next finds an empty store. (Opening
-    a runtime over the 152k-token vocabulary costs about 2 s, twenty times over.)"""
-    with start_blocking_portal() as portal:
-        with portal.wrap_async_context_manager(Runtime.open(tiny, config=CONFIG)) as rt:
-            yield portal, rt
-
-
-def _run(
-    runtime: tuple[BlockingPortal, Runtime], cases: list[Any], policy: Any, budgets: tuple
-) -> dict:
+def _run(tiny: LoadedModel, cases: list[Any], policy: Any, budgets: tuple) -> dict:
     """{budget: [(ChatResult, retention per group, prompt labels)]} for one policy."""
-    portal, rt = runtime
 
     async def main() -> dict:
         found: dict = {}
-        assert not rt.conversation_ids and rt.engine.store.num_sequences == 0
-        for budget in budgets:
-            rows = []
-            for result, conv in await _batch(rt, cases, policy, budget):
-                seq = conv._state.seq_id
-                held = [
-                    tuple(a.tolist() for a in rt.engine.store.retained_arrays(seq, g))
-                    for g in range(3)
-                ]
-                rows.append((result, held))
-            found[budget] = rows
-        labels = []
-        for case in cases:
-            _, lab, _ = rt.prepare(
-                list(case.messages), case.tools(), "required", case.parallel, True
-            )
-            labels.append(lab)
-        found["labels"] = labels
-        for cid in rt.conversation_ids:  # the store is empty again for the next policy
-            rt.end_conversation(cid)
-        with anyio.fail_after(60):
-            while rt.engine.has_work() or rt.engine.store.num_sequences:
-                await anyio.sleep(0.01)
+        async with Runtime.open(tiny, config=CONFIG) as rt:
+            for budget in budgets:
+                rows = []
+                for result, conv in await _batch(rt, cases, policy, budget):
+                    seq = conv._state.seq_id
+                    held = [
+                        tuple(a.tolist() for a in rt.engine.store.retained_arrays(seq, g))
+                        for g in range(3)
+                    ]
+                    rows.append((result, held))
+                found[budget] = rows
+            labels = []
+            for case in cases:
+                _, lab, _ = rt.prepare(
+                    list(case.messages), case.tools(), "required", case.parallel, True
+                )
+                labels.append(lab)
+            found["labels"] = labels
         return found
 
-    return portal.call(main)
+    return anyio.run(main)
 
 
 @pytest.fixture(scope="module")
-def full_tokens(runtime: tuple[BlockingPortal, Runtime], cases: list[Any]) -> list[tuple[int, ...]]:
-    runs = _run(runtime, cases, get_policy("full")(), (1.0,))
+def full_tokens(tiny: LoadedModel, cases: list[Any]) -> list[tuple[int, ...]]:
+    runs = _run(tiny, cases, get_policy("full")(), (1.0,))
     return [r.token_ids for r, _ in runs[1.0]]
 
 
@@ -153,7 +133,6 @@ def test_every_registered_policy_is_listed() -> None:
 @pytest.mark.parametrize(("case", "kwargs"), policy_params())
 def test_policy_invariants(
     tiny: LoadedModel,
-    runtime: tuple[BlockingPortal, Runtime],
     cases: list[Any],
     full_tokens: list[tuple[int, ...]],
     case: PolicyCase,
@@ -162,7 +141,7 @@ def test_policy_invariants(
     policy = case.cls(**kwargs)
     harder = kwargs != case.kwargs[0]  # later configurations run one budget, to stay quick
     budgets = ((BUDGETS[0],) if harder else BUDGETS) + (1.0,) if case.budgeted else (1.0,)
-    runs = _run(runtime, cases, policy, budgets)
+    runs = _run(tiny, cases, policy, budgets)
     # 4. parity at B = 1 (nothing demoted, nothing quantized)
     parity = [r.token_ids for r, _ in runs[1.0]]
     if case.full_at_one:
