@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any
 
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS, WEIGHT_FORMATS
+
 API_KEY_ENV = "PASK_AGENT_API_KEY"
 
 
@@ -22,6 +24,10 @@ def add_parser(sub: Any) -> None:
         default=None,
         help=f"bearer token clients must send (or set {API_KEY_ENV}); required off loopback",
     )
+    p.add_argument(
+        "--weights", default=DEFAULT_WEIGHTS, choices=WEIGHT_FORMATS,
+        help="how the model's linear layers hold their weights (int8/int4: faster CPU decode)",
+    )  # fmt: skip
     p.add_argument("--max-batch", type=int, default=16, help="requests decoded together")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 429")
     p.add_argument(
@@ -84,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         runtime=RuntimeConfig(
             max_batch=args.max_batch,
             kv_capacity_bytes=args.kv_capacity_mb << 20 if args.kv_capacity_mb else None,
+            weights=args.weights,
         ),
     )
     if plan is not None:

@@ -54,6 +54,11 @@ from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.memory.admission import requests_that_fit
 from pask_agent.runtime.models.cpu_linear import step_weight_bytes
 from pask_agent.runtime.models.loading import LoadedModel, load_model
+from pask_agent.runtime.models.weight_formats import (
+    DEFAULT_WEIGHTS,
+    WEIGHT_FORMATS,
+    weight_formats,
+)
 from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.results import Delta, Finished
 
@@ -275,7 +280,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
         raise ConfigError("name at least one concurrency level, and --repeat >= 1")
     widest = max(c for cs in levels.values() for c in cs)
     sizes = [int(x) for x in str(args.prompt_tokens).split(",")]
-    rt = Runtime(loaded, config=RuntimeConfig(max_batch=widest))
+    rt = Runtime(loaded, config=RuntimeConfig(max_batch=widest, weights=loaded.weights))
     bandwidth, weights = measure_bandwidth(), step_weight_bytes(loaded.model)
     warm = make_prompts(rt, 32, 1)
     rows = []
@@ -287,6 +292,7 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
             kv_capacity_bytes=capacity_for(args, rt.engine.costs, n),
             attention_backend=args.attention_backend,
             schedule=args.schedule,
+            weights=loaded.weights,
         )
         engine = Engine(loaded, config)
         run_level(engine, warm, "full", None, 2, weights=weights, bandwidth=bandwidth)
@@ -295,11 +301,12 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
                 for c in levels[policy]:
                     row = run_level(engine, prompts[:c], policy, args.budget, args.new_tokens,
                                     weights=weights, bandwidth=bandwidth)  # fmt: skip
-                    row = {**row, "round": round_}
+                    row = {**row, "round": round_, "weights": loaded.weights}
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     meta = {
         "model": args.model,
+        "weights": loaded.weights,
         "weights_bytes": weights,
         "bandwidth_bytes_per_s": round(bandwidth),
         "threads": torch.get_num_threads(),
@@ -314,6 +321,12 @@ def bench(loaded: LoadedModel, args: argparse.Namespace) -> tuple[list[dict[str,
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default")
     p.add_argument("--policies", default="full,pask,snapkv", help="comma-separated names")
+    p.add_argument(
+        "--weights",
+        default=DEFAULT_WEIGHTS,
+        help=f"how the linear layers hold their weights: {', '.join(WEIGHT_FORMATS)} (with "
+        "--peer, a comma-separated list: our rows for each)",
+    )
     p.add_argument("--budget", type=float, default=0.33, help="KV budget B for every policy")
     p.add_argument(
         "--concurrency",
@@ -370,11 +383,14 @@ def main_from_args(args: argparse.Namespace, command: str) -> int:
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     concurrency_levels(args.concurrency, policies)  # a malformed grid fails before the model
+    formats = weight_formats(args.weights)
     if args.peer:
         from pask_agent.eval.bench_peers import main_from_args as with_peer
 
         return with_peer(args, command)
-    loaded = load_model(args.model)
+    if len(formats) > 1:
+        raise ConfigError("--weights: one format at a time without --peer")
+    loaded = load_model(args.model, weights=formats[0])
     rows, meta = bench(loaded, args)
     meta = {**provenance(), **meta, "command": command, "note": args.note}
     out = Path(args.out or "results/bench")

@@ -86,6 +86,7 @@ def parse_llamacpp(stdout: str, stderr: str, kv_type: str) -> list[dict[str, Any
     return [
         {
             "engine": "llama.cpp",
+            "weights": "GGUF, read as stored",
             "cache": f"{kv_type} KV",
             "prompt_tokens": r["pp"],
             "concurrency": r["pl"],
@@ -159,6 +160,7 @@ def our_rows(loaded: Any, args: argparse.Namespace, sizes: list[int]) -> list[di
             {
                 "engine": "pask-agent",
                 "cache": r["policy"] if r["policy"] == "full" else f"{r['policy']} B={r['budget']}",
+                "weights": r["weights"],
                 "prompt_tokens": n,
                 "concurrency": c,
                 "new_tokens": r["new_tokens"],
@@ -176,6 +178,7 @@ def our_rows(loaded: Any, args: argparse.Namespace, sizes: list[int]) -> list[di
 
 COLUMNS = (
     ("engine", "engine"),
+    ("weights", "weights"),
     ("cache", "KV cache / policy"),
     ("prompt_tokens", "prompt"),
     ("concurrency", "c"),
@@ -248,6 +251,7 @@ def main_from_args(args: argparse.Namespace, command: str) -> int:
     """``pask-agent bench --peer llamacpp``: llama.cpp's rows, then ours, in one file set."""
     from pask_agent.record.provenance import provenance
     from pask_agent.runtime.models.loading import bundled_gguf, load_model
+    from pask_agent.runtime.models.weight_formats import weight_formats
 
     if args.peer != "llamacpp":
         raise ConfigError(f"--peer {args.peer!r}: the one peer is 'llamacpp'")
@@ -260,7 +264,8 @@ def main_from_args(args: argparse.Namespace, command: str) -> int:
     torch.set_num_threads(threads)
     gguf = bundled_gguf(args.model, PEER_DIR / "models" / f"{args.model}.gguf")
     rows = run_llamacpp(binary, gguf, sizes, args.new_tokens, parallel, threads)
-    rows += our_rows(load_model(args.model), args, sizes)
+    for weights in weight_formats(args.weights):
+        rows += our_rows(load_model(args.model, weights=weights), args, sizes)
     source = binary.parent.parent / "SOURCE"
     meta = {
         **provenance(),

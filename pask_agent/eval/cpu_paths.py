@@ -1,7 +1,8 @@
 """Where the CPU decode path's speed comes from: three side-by-side timings.
 
 1. **Linear layers**: ``nn.Linear`` (MKL sgemm) against ``runtime/cpu_linear.OneDNNLinear``
-   on the model's own layer shapes (read from its config; random weights), at 1 and 8 rows.
+   and the int8 / int4 weights of ``runtime/models/quantized_linear.py``, on the model's own
+   layer shapes (read from its config; random weights), at 1 and 8 rows.
 2. **Decode attention**: the per-sequence loop of ``kernels/attention.py`` against the padded
    batch of ``kernels/decode_attention.py`` and the compiled C kernel (``kernels/
    cpu_attention.py``, what a CPU server runs), on random pools shaped like the bench's decode
@@ -37,6 +38,7 @@ from pask_agent.kernels.int4 import quantize_int4_ref
 from pask_agent.record.provenance import provenance
 from pask_agent.runtime.memory.host_memory import retain_freed_host_memory
 from pask_agent.runtime.models.cpu_linear import OneDNNLinear
+from pask_agent.runtime.models.quantized_linear import Int4Linear, Int8Linear
 
 # (name, sequences, BF16 rows each, INT4 rows each): the bench's decode steps
 ATTENTION_CASES = (
@@ -90,19 +92,31 @@ def linear_shapes(config: Any) -> list[tuple[str, int, int]]:
     ]
 
 
-def time_linears(config: Any, repeats: int) -> list[dict[str, Any]]:
+def time_linears(config: Any, repeats: int, stream_bytes: int = 256 << 20) -> list[dict[str, Any]]:
+    """Each layer shape as fp32 ``nn.Linear``, oneDNN, int8 and int4 weights. Calls go round
+    robin over enough copies of the layer to hold ``stream_bytes`` of fp32 weights, so each
+    call reads its weights from memory as a decode step does, not from a warm cache."""
     rows = []
     for name, n_in, n_out in linear_shapes(config):
-        dense = nn.Linear(n_in, n_out, bias=False).requires_grad_(False)
-        packed = OneDNNLinear(dense)
+        copies = max(1, -(-stream_bytes // (4 * n_in * n_out)))
+        dense = [nn.Linear(n_in, n_out, bias=False).requires_grad_(False) for _ in range(copies)]
+        layers = {
+            "nn_linear_ms": dense,
+            "onednn_ms": [OneDNNLinear(d) for d in dense],
+            "int8_ms": [Int8Linear(d) for d in dense],
+            "int4_ms": [Int4Linear(d) for d in dense],
+        }
         for m in (1, 8):
             x = torch.randn(m, n_in)
-            with torch.inference_mode():
-                a = _median_ms(lambda d=dense, x=x: d(x), repeats)
-                b = _median_ms(lambda p=packed, x=x: p(x), repeats)
-            rows.append({"layer": name, "in": n_in, "out": n_out, "rows": m,
-                         "nn_linear_ms": a, "onednn_ms": b,
-                         "speedup": round(a / b, 2)})  # fmt: skip
+            row: dict[str, Any] = {"layer": name, "in": n_in, "out": n_out, "rows": m}
+            for key, group in layers.items():
+                turn = iter(range(1 << 62))
+                call = lambda g=group, t=turn, x=x: g[next(t) % len(g)](x)  # noqa: E731
+                with torch.inference_mode():
+                    row[key] = _median_ms(call, max(repeats, copies))
+            row["speedup"] = round(row["nn_linear_ms"] / row["onednn_ms"], 2)
+            rows.append(row)
+        del dense, layers
     return rows
 
 
@@ -180,14 +194,18 @@ def write(report: dict[str, Any], out: Path) -> None:
         f"Machine: {meta['machine']}, torch threads {meta['threads']}  ",
         f"Median of {meta['repeats']} calls after a warm one. Model shapes: {meta['model']}.",
         "",
-        "## Linear layers: nn.Linear (MKL) against oneDNN-held weights",
+        "## Linear layers: fp32 through MKL and oneDNN, int8 and int4 weights",
         "",
-        "| layer | in | out | rows | nn.Linear ms | oneDNN ms | speedup |",
-        "|---|---|---|---|---|---|---|",
+        "Weights read from memory, not a warm cache (calls rotate over copies of the layer "
+        "holding 256 MB of fp32 weights). int8 and int4: `runtime/models/quantized_linear.py`.",
+        "",
+        "| layer | in | out | rows | nn.Linear ms | oneDNN ms | oneDNN speedup | int8 ms "
+        "| int4 ms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['layer']} | {r['in']} | {r['out']} | {r['rows']} | {r['nn_linear_ms']} | "
-        f"{r['onednn_ms']} | {r['speedup']}x |"
+        f"{r['onednn_ms']} | {r['speedup']}x | {r['int8_ms']} | {r['int4_ms']} |"
         for r in report["linears"]
     ]
     lines += [

@@ -26,6 +26,7 @@ from pask_agent.errors import ConfigError, PaskError
 from pask_agent.eval.harness_report import Summary, summarize_rows, write_report
 from pask_agent.eval.harness_rows import Measured, Row, RowFile, Scored
 from pask_agent.record.provenance import provenance
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -253,6 +254,7 @@ class Run:
     concurrency: int | None = None
     shard: Shard | None = None
     device: str | None = None  # RuntimeConfig.device ("cuda": the model and pools on a GPU)
+    weights: str = DEFAULT_WEIGHTS  # RuntimeConfig.weights
 
 
 async def evaluate(
@@ -285,6 +287,8 @@ async def evaluate(
     settings |= {"shard": f"{run.shard.index}/{run.shard.count}" if run.shard else None}
     if run.device is not None:  # a GPU's rows differ in the last bits: never resumed as a CPU's
         settings["device"] = run.device
+    if run.weights != DEFAULT_WEIGHTS:  # other weights, other rows: never resumed as these
+        settings["weights"] = run.weights
     started = provenance()
     file = RowFile(run.out.with_suffix(".jsonl"), workload)
     keys = [
@@ -302,7 +306,9 @@ async def evaluate(
     if all(k in done for k in keys):
         return summarize_rows([done[k] for k in keys])  # a finished run: no model to load
     in_flight = min(len(cases), run.concurrency or len(cases)) * workload.requests_per_case()
-    config = runtime_config or RuntimeConfig(max_batch=max(16, in_flight), device=run.device)
+    config = runtime_config or RuntimeConfig(
+        max_batch=max(16, in_flight), device=run.device, weights=run.weights
+    )
     async with Runtime.open(model, config=config) as rt, workload.session(rt) as session:
         for cfg in configs:
             name = workload.config_name(cfg)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError, exit_code
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS, WEIGHT_FORMATS
 
 SPLITS = ("calibration", "dev", "test")
 
@@ -52,6 +53,10 @@ def add_arguments(p: argparse.ArgumentParser, d: Defaults) -> None:
     p.add_argument(
         "--device", default=None,
         help="where the model and KV pools run: cpu, cuda, cuda:N (default: where it loads)",
+    )  # fmt: skip
+    p.add_argument(
+        "--weights", default=DEFAULT_WEIGHTS, choices=WEIGHT_FORMATS,
+        help=f"how the model's linear layers hold their weights (default {DEFAULT_WEIGHTS})",
     )  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     p.add_argument(
@@ -126,7 +131,7 @@ def run_eval(
         log(f"merged {len(parts)} workers into {out}.{{jsonl,json,md,png}}")
         return 0
     shard = Shard.parse(args.shard) if args.shard else None
-    run = Run(out, refs, args.restart, args.concurrency, shard, args.device)
+    run = Run(out, refs, args.restart, args.concurrency, shard, args.device, args.weights)
     anyio.run(lambda: evaluate(workload, configs, run, model=args.model, log=log))
     log(f"wrote {out}.{{jsonl,json,md,png}}")
     return 0

@@ -30,6 +30,7 @@ from pask_agent.record.provenance import provenance
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.models.loading import load_model
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS, WEIGHT_FORMATS
 from pask_agent.runtime.requests import Request, SamplingParams
 from pask_agent.runtime.turns.outputs import TEXT
 
@@ -67,7 +68,10 @@ def _engine(
     ``new_tokens`` more (asking for more than the steps use would reserve KV the default
     capacity may not have for all ``c`` at once, and the last ones would wait)."""
     config = RuntimeConfig(
-        prefill_chunk_tokens=c * prompt_tokens, max_batch=c, attention_backend=backend
+        prefill_chunk_tokens=c * prompt_tokens,
+        max_batch=c,
+        attention_backend=backend,
+        weights=loaded.weights,
     )
     engine = Engine(loaded, config)
     pol = get_policy(policy)()
@@ -189,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/step_profile")
     p.add_argument("--note", default="", help="a line for the report (what code this measures)")
     p.add_argument("--attention-backend", default="auto", choices=ATTENTION_BACKENDS)
+    p.add_argument("--weights", default=DEFAULT_WEIGHTS, choices=WEIGHT_FORMATS)
     args = p.parse_args(argv)
-    loaded = load_model(args.model)
+    loaded = load_model(args.model, weights=args.weights)
     rows = [
         measure(
             loaded,

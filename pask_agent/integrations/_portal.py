@@ -33,6 +33,9 @@ import anyio
 from anyio.from_thread import BlockingPortal
 
 from pask_agent.errors import ConfigError, PaskError
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.models.quantized_linear import check_weight_format
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 from pask_agent.runtime.runtime import Runtime
 
 T = TypeVar("T")
@@ -61,8 +64,9 @@ class ConversationLease:
 class RuntimeHost:
     """One model's ``Runtime``, opened on first use and served from a daemon loop thread."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, weights: str = DEFAULT_WEIGHTS) -> None:
         self.model = model
+        self.weights = weights
         self._lock = threading.Lock()
         self._ready = threading.Event()
         self._stopped = threading.Event()  # the loop ended and ``_error`` says why
@@ -91,7 +95,10 @@ class RuntimeHost:
 
     async def _serve(self) -> None:
         try:
-            async with BlockingPortal() as portal, Runtime.open(self.model) as rt:
+            async with (
+                BlockingPortal() as portal,
+                Runtime.open(self.model, config=RuntimeConfig(weights=self.weights)) as rt,
+            ):
                 self._portal, self._runtime = portal, rt
                 self._ready.set()
                 async with anyio.create_task_group() as tasks:
@@ -327,7 +334,7 @@ class RuntimeRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._hosts: dict[str, RuntimeHost] = {}
+        self._hosts: dict[tuple[str, str], RuntimeHost] = {}
         self._exit_hook = False
         self._conversation_models: dict[str, str] = {}
 
@@ -350,9 +357,11 @@ class RuntimeRegistry:
                 f"conversation's KV cannot move to model {model!r}: pass another conversation_id"
             )
 
-    def host(self, model: str) -> RuntimeHost:
+    def host(self, model: str, weights: str = DEFAULT_WEIGHTS) -> RuntimeHost:
+        """The host serving ``model`` with ``weights`` (one per pair, opened on first use)."""
         if not isinstance(model, str) or not model:
             raise ConfigError(f"model must be a non-empty model name, got {model!r}")
+        check_weight_format(weights)
         with self._lock:
             if not self._exit_hook:
                 # The engine's worker threads (anyio's) are non-daemon and end only when the
@@ -361,9 +370,9 @@ class RuntimeRegistry:
                 # the hook concurrent.futures uses for the same reason.
                 threading._register_atexit(self.close_all)  # type: ignore[attr-defined]
                 self._exit_hook = True
-            if model not in self._hosts:
-                self._hosts[model] = RuntimeHost(model)
-            return self._hosts[model]
+            if (model, weights) not in self._hosts:
+                self._hosts[model, weights] = RuntimeHost(model, weights)
+            return self._hosts[model, weights]
 
     def close_all(self) -> None:
         """Stop every host. Runs at interpreter exit, before non-daemon threads are joined."""

@@ -49,6 +49,8 @@ from pask_agent.integrations._lc_tools import format_tools, normalize_tool_choic
 from pask_agent.integrations._lc_turn import LcTurn, conversation_key, run_turn
 from pask_agent.integrations._portal import runtime_registry
 from pask_agent.policy.pask import TablePaskPolicy
+from pask_agent.runtime.models.quantized_linear import check_weight_format
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 from pask_agent.runtime.turns.turn import TurnRequest
 
 _CALL_KWARGS = frozenset(
@@ -85,6 +87,9 @@ class PaskChatModel(BaseChatModel):
     model
         Bundled model name (``"default"``: Qwen2.5-Coder-0.5B-Instruct; ``"smollm2-135m"``), an
         HF folder or a ``.gguf`` file. A per-call ``model=`` overrides it.
+    weights
+        How the model's linear layers hold their weights (``RuntimeConfig.weights``:
+        ``"fp32"``, ``"int8"``, ``"int4"``).
     tools, tool_choice
         ``PaskChatModel(tools=[...])`` equals ``bind_tools([...])``. ``tool_choice`` is
         ``"auto"``, ``"any"``/``"required"``, ``"none"`` or a tool name.
@@ -122,6 +127,7 @@ class PaskChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model: str = "default"
+    weights: str = DEFAULT_WEIGHTS
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | None = None
     parallel_tool_calls: bool = True
@@ -141,6 +147,12 @@ class PaskChatModel(BaseChatModel):
     reuse_prefix: bool = True
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     tool_result_hint: str | None = DEFAULT_TOOL_RESULT_HINT
+
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, weights: str) -> str:
+        check_weight_format(weights)
+        return weights
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -180,7 +192,7 @@ class PaskChatModel(BaseChatModel):
         unused thread goes after ``idle_timeout_s``; this is for callers that cannot wait. A
         turn of the thread still running keeps its conversation until the turn ends.
         """
-        return runtime_registry().host(self.model).end_thread(str(thread_id))
+        return runtime_registry().host(self.model, self.weights).end_thread(str(thread_id))
 
     # ------------------------------------------------------------------ tools, structure
     def bind_tools(
@@ -363,7 +375,7 @@ class PaskChatModel(BaseChatModel):
             record_traces=kwargs.get("record_traces", self.record_traces),
         )
         return LcTurn(
-            host=runtime_registry().host(model),
+            host=runtime_registry().host(model, self.weights),
             model_name=model,
             turn=turn,
             response_format=kwargs.get("response_format"),

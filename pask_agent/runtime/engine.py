@@ -49,6 +49,7 @@ from pask_agent.runtime.memory.retention import revise
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
 from pask_agent.runtime.models.loading import LoadedModel
 from pask_agent.runtime.models.placement import place_model
+from pask_agent.runtime.models.quantized_linear import require_weights
 from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 from pask_agent.runtime.requests import Event, Failed, Request, SequenceState
 from pask_agent.runtime.turns.constraint import tag_key
@@ -71,6 +72,7 @@ class Engine:
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         cfg = self.config
+        require_weights(loaded.weights, cfg.weights)
         self.device = place_model(self.model, cfg.device)
         if cfg.retain_host_memory:
             retain_freed_host_memory()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import anyio
@@ -76,10 +77,11 @@ class Runtime:
         config: RuntimeConfig | None = None,
     ) -> AsyncIterator[Runtime]:
         check_budget(budget)  # before loading a model for a call that must fail
+        weights = (config or RuntimeConfig()).weights
         loaded = (
             model
             if isinstance(model, LoadedModel)
-            else await anyio.to_thread.run_sync(load_model, model)
+            else await anyio.to_thread.run_sync(partial(load_model, model, weights=weights))
         )
         rt = cls(loaded, policy=policy, budget=budget, config=config)
         failure: Exception | None = None

@@ -17,9 +17,10 @@ TINY = SimpleNamespace(
 
 def test_report_compares_each_path(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(cpu_paths, "ATTENTION_CASES", (("pask, small", 3, 5, 40),))
-    linears = cpu_paths.time_linears(TINY, repeats=2)
+    linears = cpu_paths.time_linears(TINY, repeats=2, stream_bytes=1 << 20)
     assert {r["layer"] for r in linears} == {n for n, _, _ in cpu_paths.linear_shapes(TINY)}
-    assert all(r["nn_linear_ms"] > 0 and r["onednn_ms"] > 0 for r in linears)
+    paths = ("nn_linear_ms", "onednn_ms", "int8_ms", "int4_ms")
+    assert all(r[p] > 0 for r in linears for p in paths)
     (attention,) = cpu_paths.time_attention(TINY, repeats=2)
     assert attention["loop_ms_per_layer"] > 0 and attention["batched_ms_per_layer"] > 0
     assert attention["native_ms_per_layer"] > 0  # head dim 64: the C kernel's own shape
@@ -41,4 +42,5 @@ def test_report_compares_each_path(tmp_path: Path, monkeypatch) -> None:
     text = (tmp_path / "cpu.md").read_text()
     assert "Commit: `" in text and "| pask, small | 3 | 5 | 40 |" in text
     assert "C kernel: compiled." in text
+    assert "| nn.Linear ms | oneDNN ms | oneDNN speedup | int8 ms | int4 ms |" in text
     assert (tmp_path / "cpu.json").exists()

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from pask_agent.runtime.memory.host_memory import FileMappings
+from pask_agent.runtime.models.quantized_linear import QuantizedLinear
 
 __all__ = ["OneDNNLinear", "prepack_linear_layers", "step_weight_bytes"]
 
@@ -105,8 +106,8 @@ def prepack_linear_layers(model: nn.Module) -> int:
 
 
 def step_weight_bytes(model: nn.Module) -> int:
-    """Bytes of weights a decode step reads: every linear layer (oneDNN-held or not) and the
-    small parameters, but not an embedding table (a step reads one row of it)."""
+    """Bytes of weights a decode step reads: every linear layer (oneDNN-held, quantized or
+    neither) and the small parameters, but not an embedding table (a step reads one row)."""
     total = 0
     for module in model.modules():
         if isinstance(module, nn.Embedding):
@@ -114,5 +115,7 @@ def step_weight_bytes(model: nn.Module) -> int:
         tensors = list(module.parameters(recurse=False))
         if isinstance(module, OneDNNLinear):
             tensors = [t for t in (module.packed_weight, module.packed_bias) if t is not None]
+        elif isinstance(module, QuantizedLinear):  # codes, scales, zeros and bias
+            tensors = list(module.buffers(recurse=False))
         total += sum(t.numel() * t.element_size() for t in tensors)
     return total

@@ -115,7 +115,9 @@ def measure_key_offsets(model: Any, tokenizer: Any, *, skip: int = 4) -> torch.T
     return torch.stack(means)  # [L, Hkv, D]
 
 
-def offsets_cache_key(model: Any, tokenizer: Any, folder: Path, *, skip: int = 4) -> str | None:
+def offsets_cache_key(
+    model: Any, tokenizer: Any, folder: Path, *, skip: int = 4, weights: str = "fp32"
+) -> str | None:
     """What the offsets of ``model`` depend on, hashed; None when its folder holds no weight
     files (a model built in memory has no identity to key on). Besides the files' stat, the
     config and a few values of the first parameter (the embedding, which oneDNN prepacking
@@ -125,7 +127,7 @@ def offsets_cache_key(model: Any, tokenizer: Any, folder: Path, *, skip: int = 4
     if not files:
         return None
     digest = hashlib.sha256()
-    parts = [str(folder.resolve()), str(model.dtype), torch.__version__, str(skip)]
+    parts = [str(folder.resolve()), str(model.dtype), torch.__version__, str(skip), weights]
     parts += [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in sorted(files)]
     parts.append(model.config.to_json_string())
     for part in parts:
@@ -136,12 +138,14 @@ def offsets_cache_key(model: Any, tokenizer: Any, folder: Path, *, skip: int = 4
     return digest.hexdigest()[:24]
 
 
-def cached_key_offsets(model: Any, tokenizer: Any, folder: Path, cache_dir: Path) -> torch.Tensor:
+def cached_key_offsets(
+    model: Any, tokenizer: Any, folder: Path, cache_dir: Path, weights: str = "fp32"
+) -> torch.Tensor:
     """:func:`measure_key_offsets`, read from ``cache_dir`` when an earlier process measured the
     same weights (``offsets_cache_key``), else measured and written there atomically. A file
     that does not read back as the model's shape is measured again; a cache that cannot be
     written only costs the next process the measurement."""
-    key = offsets_cache_key(model, tokenizer, folder)
+    key = offsets_cache_key(model, tokenizer, folder, weights=weights)
     if key is None:
         return measure_key_offsets(model, tokenizer)
     target = cache_dir / "key_offsets" / f"{key}.pt"

