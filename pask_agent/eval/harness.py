@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -197,11 +197,13 @@ async def run_cases(
     concurrency: int | None = None,
     on_row: Callable[[Row], None] | None = None,
     run: Mapping[str, Any] | None = None,
+    name: str | None = None,
 ) -> list[Row]:
-    """Every case under one configuration, concurrently, scored; rows in case order.
-    ``on_row`` sees each row as it finishes. A request that raises a ``PaskError`` (refused,
-    or an answer that fails validation) is a wrong, invalid row with the error's text."""
-    name = workload.config_name(config)
+    """Every case under one configuration, concurrently, scored; rows in case order, named
+    ``name`` (default: the workload's name for the configuration). ``on_row`` sees each row
+    as it finishes. A request that raises a ``PaskError`` (refused, or an answer that fails
+    validation) is a wrong, invalid row with the error's text."""
+    name = name or workload.config_name(config)
     meta = run if run is not None else {}
 
     async def one(case: Any) -> Row:
@@ -291,9 +293,10 @@ async def evaluate(
         settings["weights"] = run.weights
     started = provenance()
     file = RowFile(run.out.with_suffix(".jsonl"), workload)
-    keys = [
-        (workload.config_name(c), c.budget, workload.case_id(x)) for c in configs for x in cases
-    ]
+    # rows of other weights are other configurations: runs of each merge into one paired table
+    suffix = "" if run.weights == DEFAULT_WEIGHTS else f" {run.weights} weights"
+    label = {id(c): workload.config_name(c) + suffix for c in configs}
+    keys = [(label[id(c)], c.budget, workload.case_id(x)) for c in configs for x in cases]
     done = {} if run.restart else file.resume(settings, set(keys))
     note = workload.note(len(cases))
 
@@ -306,12 +309,13 @@ async def evaluate(
     if all(k in done for k in keys):
         return summarize_rows([done[k] for k in keys])  # a finished run: no model to load
     in_flight = min(len(cases), run.concurrency or len(cases)) * workload.requests_per_case()
-    config = runtime_config or RuntimeConfig(
-        max_batch=max(16, in_flight), device=run.device, weights=run.weights
+    config = replace(
+        runtime_config or RuntimeConfig(max_batch=max(16, in_flight), device=run.device),
+        weights=run.weights,
     )
     async with Runtime.open(model, config=config) as rt, workload.session(rt) as session:
         for cfg in configs:
-            name = workload.config_name(cfg)
+            name = label[id(cfg)]
             todo = [x for x in cases if (name, cfg.budget, workload.case_id(x)) not in done]
 
             def keep(row: Row) -> None:
@@ -321,9 +325,8 @@ async def evaluate(
                 log(f"[{row.label}] {row.id}: {mark} B={row.measured.measured_b:.3f} {row.error}")
 
             start = time.perf_counter()
-            await run_cases(
-                workload, session, todo, cfg, concurrency=run.concurrency, on_row=keep, run=started
-            )
+            await run_cases(workload, session, todo, cfg, concurrency=run.concurrency,
+                            on_row=keep, run=started, name=name)  # fmt: skip
             write()
             (s,) = summarize_rows([done[k] for k in keys if k[:2] == (name, cfg.budget)])
             log(

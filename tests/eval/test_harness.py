@@ -378,3 +378,21 @@ def test_device_flag_reaches_the_runtime_and_a_missing_gpu_is_a_typed_error(
         assert "torch sees no CUDA device" in capsys.readouterr().err
     settings = json.loads((tmp_path / "r.json").read_text())["settings"]
     assert settings["device"] in ("gpu0", "cuda")  # recorded: never resumed as a CPU run's
+
+
+def test_weights_label_the_rows_and_merge_beside_fp32(
+    whole: Path, smollm2: Any, tmp_path: Path
+) -> None:
+    """``--weights int8`` loads the model that way, records it, and names its rows apart, so
+    its run merges with an fp32 run into one table paired against fp32 Full KV."""
+    from pask_agent.eval.harness_report import merge
+
+    out = tmp_path / "int8"
+    run_sums(out, "smollm2-135m", weights="int8")
+    assert {r["config"] for r in rows_of(out)} == {"full int8 weights", "streaming int8 weights"}
+    assert json.loads(out.with_suffix(".json").read_text())["settings"]["weights"] == "int8"
+    merge(SumWorkload(), [whole, out], tmp_path / "both")
+    body = json.loads((tmp_path / "both.json").read_text())
+    configs = [c["config"] for c in body["summaries"]]
+    assert configs[:2] == ["full", "full int8 weights"]
+    assert any("full int8 weights" in key for key in body["paired_vs_full"])
