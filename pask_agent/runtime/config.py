@@ -13,7 +13,6 @@ import torch
 from pask_agent.errors import ConfigError
 from pask_agent.kernels.attention import ATTENTION_BACKENDS
 from pask_agent.runtime.models.quantized_linear import check_weight_format
-from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 
 SCHEDULES = ("interleave", "prefill_first")  # RuntimeConfig.schedule
 
@@ -59,8 +58,9 @@ class RuntimeConfig:
     # "fp32" (dequantized from the GGUF), "int8" (a scale per output channel) or "int4" (a
     # scale and zero per 32 inputs). Quantized weights make CPU decode steps read 4-8x fewer
     # bytes (results/cpu_paths.md). ``Runtime.open`` loads the model that way; a LoadedModel
-    # passed in must have been loaded with the same ``weights``.
-    weights: str = DEFAULT_WEIGHTS
+    # passed in must have been loaded with the same ``weights``. None: as the model was loaded
+    # (by name: ``DEFAULT_WEIGHTS``).
+    weights: str | None = None
     # Attention kernel for the KV store (kernels/attention.py): "auto" (Triton on CUDA; on a
     # CPU the compiled C decode kernel, kernels/cpu_attention.py, where a C compiler builds
     # it, else the torch reference), "native", "torch" or "triton". The C kernel made decode
@@ -97,7 +97,8 @@ class RuntimeConfig:
             raise ConfigError(
                 f"continue_calls_at must lie in (0, 1) or be None, got {self.continue_calls_at}"
             )
-        check_weight_format(self.weights)
+        if self.weights is not None:
+            check_weight_format(self.weights)
         if self.device is not None:
             try:
                 torch.device(self.device)

@@ -72,7 +72,7 @@ class Engine:
         # positions past the trained context give garbage: requests must fit (runtime/limits.py)
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
         cfg = self.config
-        require_weights(loaded.weights, cfg.weights)
+        require_weights(loaded.weights, cfg.weights or loaded.weights)
         self.device = place_model(self.model, cfg.device)
         if cfg.retain_host_memory:
             retain_freed_host_memory()

@@ -29,6 +29,7 @@ from pask_agent.runtime.engine import Engine
 from pask_agent.runtime.limits import check_budget
 from pask_agent.runtime.models.identity import model_id_of, model_identity
 from pask_agent.runtime.models.loading import LoadedModel, load_model
+from pask_agent.runtime.models.weight_formats import DEFAULT_WEIGHTS
 from pask_agent.runtime.requests import Failed, Request, SamplingParams
 from pask_agent.runtime.turns.constraint import OutputSpec
 from pask_agent.runtime.turns.outputs import OutputCompiler
@@ -77,7 +78,7 @@ class Runtime:
         config: RuntimeConfig | None = None,
     ) -> AsyncIterator[Runtime]:
         check_budget(budget)  # before loading a model for a call that must fail
-        weights = (config or RuntimeConfig()).weights
+        weights = (config or RuntimeConfig()).weights or DEFAULT_WEIGHTS
         loaded = (
             model
             if isinstance(model, LoadedModel)

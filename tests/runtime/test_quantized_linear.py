@@ -112,6 +112,11 @@ def test_runtime_refuses_a_model_loaded_with_other_weights() -> None:
     loaded = LoadedModel("tiny-qwen2", Path("."), tiny_qwen2(151936), load_tokenizer("default"))
     with pytest.raises(ConfigError, match=r"load_model\(\.\.\., weights='int8'\)"):
         Engine(loaded, RuntimeConfig(weights="int8"))
+    int8 = LoadedModel("tiny-int8", Path("."), tiny_qwen2(151936), loaded.tokenizer, "int8")
+    quantize_linear_layers(int8.model, "int8")
+    assert Engine(int8, RuntimeConfig()).config.weights is None  # None: as it was loaded
+    with pytest.raises(ConfigError, match="loaded with weights='int8'"):
+        Engine(int8, RuntimeConfig(weights="fp32"))
 
 
 def test_smollm2_int8_and_int4_against_fp32(smollm2: LoadedModel) -> None:
