@@ -189,3 +189,14 @@ def test_integrations_carry_the_weight_format() -> None:
     assert weight_formats("fp32, int8") == ["fp32", "int8"]
     with pytest.raises(ConfigError, match="names no format"):
         weight_formats(" , ")
+
+
+def test_bench_refuses_weight_lists_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """``pask-agent bench``: a bad format, or several without ``--peer``, is a typed error
+    (exit 2) before any model loads."""
+    from pask_agent.cli import main
+
+    assert main(["bench", "--weights", "int3", "--policies", "full"]) == 2
+    assert "fp32, int8, int4" in capsys.readouterr().err
+    assert main(["bench", "--weights", "fp32,int8", "--policies", "full"]) == 2
+    assert "one format at a time without --peer" in capsys.readouterr().err
