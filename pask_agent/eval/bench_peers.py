@@ -19,7 +19,8 @@ dense model):
   every layer; one stream of cells per sequence); ours: what a request's store kept per token
   at its end (measured, so PASK's row is its measured B of the BF16 cost);
 * ``rss_peak_mib``: the process's peak resident memory (llama.cpp: ``wait4``; ours: sampled
-  each step). Ours holds the model dequantized (fp32); llama.cpp reads the Q4_K_M blocks.
+  each step, one process per weight format). Ours holds the weights as ``--weights`` says
+  (fp32 dequantized, int8 or int4 codes); llama.cpp reads the Q4_K_M blocks as stored.
 """
 
 from __future__ import annotations
@@ -144,6 +145,27 @@ def _run_measured(cmd: list[str]) -> tuple[int, str, str, int]:
         return proc.returncode, out.read(), err.read(), usage.ru_maxrss * 1024
 
 
+def rows_in_own_process(
+    args: argparse.Namespace, sizes: list[int], weights: str
+) -> list[dict[str, Any]]:
+    """``our_rows`` for one weight format in a fresh process, so its peak RSS is its own: a
+    process that held another format's model keeps that memory (freed host memory is
+    retained, ``runtime/memory/host_memory.py``)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        return pool.submit(_rows_of_format, args, sizes, weights).result()
+
+
+def _rows_of_format(args: argparse.Namespace, sizes: list[int], weights: str) -> list[dict]:
+    from pask_agent.runtime.models.loading import load_model
+
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    return our_rows(load_model(args.model, weights=weights), args, sizes)
+
+
 def our_rows(loaded: Any, args: argparse.Namespace, sizes: list[int]) -> list[dict[str, Any]]:
     """``eval/bench.py`` rows for ``--policies`` at ``--concurrency``, in this table's terms."""
     from pask_agent.eval.bench import bench
@@ -250,7 +272,7 @@ def write(rows: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
 def main_from_args(args: argparse.Namespace, command: str) -> int:
     """``pask-agent bench --peer llamacpp``: llama.cpp's rows, then ours, in one file set."""
     from pask_agent.record.provenance import provenance
-    from pask_agent.runtime.models.loading import bundled_gguf, load_model
+    from pask_agent.runtime.models.loading import bundled_gguf
     from pask_agent.runtime.models.weight_formats import weight_formats
 
     if args.peer != "llamacpp":
@@ -265,7 +287,7 @@ def main_from_args(args: argparse.Namespace, command: str) -> int:
     gguf = bundled_gguf(args.model, PEER_DIR / "models" / f"{args.model}.gguf")
     rows = run_llamacpp(binary, gguf, sizes, args.new_tokens, parallel, threads)
     for weights in weight_formats(args.weights):
-        rows += our_rows(load_model(args.model, weights=weights), args, sizes)
+        rows += rows_in_own_process(args, sizes, weights)
     source = binary.parent.parent / "SOURCE"
     meta = {
         **provenance(),
