@@ -119,7 +119,26 @@ def test_the_ceiling_stores_int4_and_never_releases_generated_tokens() -> None:
 
 def test_measured_families_and_full_budget_have_no_ceiling() -> None:
     assert _session("function_calling").ceiling is None
-    assert _session(None).ceiling is None
     env = PolicyEnv(COSTS, 4, 16, 1.0, answer_family="sql")
     assert PaskPolicy().start(env).ceiling is None
+    assert PaskPolicy().start(PolicyEnv(COSTS, 4, 16, 1.0)).ceiling is None
     assert _session("sql").ceiling.limit == Fraction(33, 100) + BUDGET_TOLERANCE  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("answer", [64, 400])
+def test_free_text_is_held_at_b_itself(answer: int) -> None:
+    """Prose has no tags, so the table's default bucket would keep every token BF16 (a
+    64-token answer took a 512-token request to B 0.39): its ceiling is B, no tolerance. The
+    first stops hold the recent window BF16, which the prompt plan counted at B_D: they may
+    sit up to 0.006 over B; from 64 tokens on the request is within B."""
+    session = _session(None)
+    assert session.ceiling is not None and session.ceiling.limit == Fraction(33, 100)
+    full, window, labels = COSTS.full_bytes_per_token, session.window, _prompt(512)
+    prompt = _planned_bytes(session, labels)
+    costs = [COSTS.token_cost(session.on_token(None)) for _ in range(answer)]
+    stops = [
+        (prompt + sum(costs[: stop - window]) + window * full) / ((512 + stop) * full)
+        for stop in range(window, answer + 1)
+    ]
+    assert max(stops) <= 0.336 and max(stops[64 - window :]) <= 0.33 + 1e-9
+    assert session.ceiling.demoted_tokens > answer / 2  # counted: usage reports them
