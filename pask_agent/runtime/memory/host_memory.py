@@ -30,7 +30,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "FileMappings", "retain_freed_host_memory"]
+__all__ = [
+    "MMAP_THRESHOLD_BYTES",
+    "FileMappings",
+    "give_back_freed_heap",
+    "retain_freed_host_memory",
+]
 
 _MADV_DONTNEED = 4
 
@@ -58,6 +63,23 @@ def retain_freed_host_memory() -> bool:
     mapped = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
     trimmed = mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES) == 1
     return mapped and trimmed
+
+
+def give_back_freed_heap() -> bool:
+    """Return the heap's free pages to the system (glibc ``malloc_trim``), after a one-time
+    burst of temporaries such as a model's weight conversion; True when it ran. With the
+    thresholds above raised, such pages would otherwise stay resident for good."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = _libc_function("malloc_trim")
+    except (OSError, AttributeError):
+        return False
+    if trim is None:
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
 
 
 def _libc_function(name: str) -> Callable[..., int] | None:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from pask_agent.errors import ConfigError
-from pask_agent.runtime.memory.host_memory import FileMappings
+from pask_agent.runtime.memory.host_memory import FileMappings, give_back_freed_heap
 from pask_agent.runtime.models.weight_formats import WEIGHT_FORMATS
 
 __all__ = [
@@ -183,4 +183,5 @@ def quantize_linear_layers(model: nn.Module, weights: str) -> int:
             setattr(parent, name, _LAYERS[weights](child))
             if child.weight.data_ptr() not in shared:  # its codes exist: the pages can go
                 mapped_files.release(child.weight)
+    give_back_freed_heap()  # the conversion's temporaries, so they do not stay resident
     return len(swaps)
