@@ -3,10 +3,11 @@
 Decoding a 0.5B model on this CPU is mostly weight matmuls with a handful of rows: one per
 running request. ``torch.nn.Linear`` sends them to MKL's sgemm, which at 1-8 rows reads the
 weights at about half the speed oneDNN's inner product does once the weight is held as a
-oneDNN tensor. Measured here on the default model's shapes (``results/cpu_paths.md``): the
-896 x 151,936 output head takes 43.0 ms at 1 row and 65.9 ms at 8 rows through ``nn.Linear``,
-17.1 and 22.0 ms through oneDNN; the MLP projections gain 1.5-2.2x (the small k/v projections
-lose, 0.2-0.4x). Batching 8 requests then costs far less than 8 times one.
+oneDNN tensor. Measured here on the default model's shapes, weights read from memory
+(``results/cpu_paths.md``): the 896 x 151,936 output head takes 44.2 ms at 1 row and 91.1 ms
+at 8 rows through ``nn.Linear``, 19.9 and 34.2 ms through oneDNN; the MLP projections gain
+1.2-1.9x (the small k/v projections lose, 0.6x). Quantized weights read fewer bytes still
+(``quantized_linear.py``).
 
 ``prepack_linear_layers`` swaps each ``nn.Linear`` for a ``OneDNNLinear`` in place. The dense
 weight is released, except where another module shares it (a tied output head keeps the
