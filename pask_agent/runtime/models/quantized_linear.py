@@ -25,6 +25,8 @@ also reads (a tied output head's embedding) stays as it is.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -124,8 +126,13 @@ def check_weight_format(weights: str) -> None:
     """Refuse a weight format this torch build cannot run on the CPU, before any model loads."""
     if weights not in WEIGHT_FORMATS:
         raise ConfigError(f"weights={weights!r} is not one of {', '.join(WEIGHT_FORMATS)}")
-    if weights == "fp32":
-        return
+    if weights != "fp32":
+        _probe_kernel(weights)
+
+
+@functools.cache
+def _probe_kernel(weights: str) -> None:
+    """Run the format's kernel once per process (every ``RuntimeConfig`` checks its format)."""
     probe = nn.Linear(2 * INT4_GROUP, 16, bias=False)
     try:
         _LAYERS[weights](probe)(torch.ones(1, 2 * INT4_GROUP))
