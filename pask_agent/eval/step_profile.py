@@ -110,7 +110,7 @@ def measure(
     _label(store, "end_step", "store.end_step")
     _label(store, "attend", "store.attend")
     _label(store, "write", "store.write")
-    _label(engine.model, "forward", "model.forward")
+    _label(engine, "forward", "model.forward")
     _label(engine.masks, "apply", "masks.apply")
     _label(engine, "_advance", "engine.advance")
     with profile(activities=[ProfilerActivity.CPU]) as prof:

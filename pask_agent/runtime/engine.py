@@ -47,10 +47,10 @@ from pask_agent.runtime.memory.kv_layout import KVLayout, StoreConfig
 from pask_agent.runtime.memory.kv_store import KVStore
 from pask_agent.runtime.memory.retention import revise
 from pask_agent.runtime.models.cpu_linear import prepack_linear_layers
+from pask_agent.runtime.models.decoder import engine_forward
 from pask_agent.runtime.models.loading import LoadedModel
 from pask_agent.runtime.models.placement import place_model
 from pask_agent.runtime.models.quantized_linear import require_weights
-from pask_agent.runtime.models.seam import PaskCache, forward_step, use_pask_attention
 from pask_agent.runtime.requests import Event, Failed, Request, SequenceState
 from pask_agent.runtime.turns.constraint import tag_key
 from pask_agent.runtime.turns.results import Delta, Finished
@@ -84,8 +84,7 @@ class Engine:
         store_config = StoreConfig(cfg.sinks, cfg.window, attention_backend=cfg.attention_backend)
         offsets = loaded.key_offsets if cfg.center_keys else None
         self.store = KVStore(lay, store_config, self.device, self.capacity_bytes, offsets)
-        self.cache = PaskCache(self.store)
-        use_pask_attention(self.model)
+        self.forward = engine_forward(loaded, self.store)  # decoder.py: written out, or the seam
         self.vocab_size = int(self.model.config.vocab_size)
         self.masks = loaded.shared(
             ("masks", self.vocab_size, cfg.continue_calls_at),
@@ -315,7 +314,7 @@ class Engine:
         step = self.store.begin_step(chunks, want_scores=want_scores)
         ids = torch.tensor(tokens, device=self.device)
         # [B, V] on the host, beside the masks, bitmasks and generators (no-op on a CPU)
-        logits = forward_step(self.model, self.cache, step, ids).cpu()
+        logits = self.forward(step, ids).cpu()
         self.store.end_step(step)
         logits = self._join(batch, logits)
         for r, ready in batch:

@@ -39,11 +39,13 @@ __all__ = [
     "Int8Linear",
     "QuantizedLinear",
     "check_weight_format",
+    "fuse_rows",
     "quantize_linear_layers",
     "require_weights",
 ]
 
 INT4_GROUP = 32  # inputs per int4 scale/zero pair; the GGUF's own block size
+INT4_ROW_BLOCK = 64  # the CPU int4 packing interleaves output channels in blocks of this many
 
 
 class QuantizedLinear(nn.Module):
@@ -60,12 +62,20 @@ class QuantizedLinear(nn.Module):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:  # [rows, in] bf16 -> [rows, out] bf16
         raise NotImplementedError
 
+    def _codes(self) -> tuple[str, int]:
+        """The buffer whose rows are output channels, and how many rows can be cut apart."""
+        raise NotImplementedError
+
+    def _per_channel(self) -> tuple[str, int]:
+        """The per-output-channel buffer (scales) and its output-channel dimension."""
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = self._matmul(flat).to(x.dtype)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*x.shape[:-1], self.out_features)
+        y = self._matmul(x.reshape(-1, self.in_features).to(torch.bfloat16)).to(x.dtype)
+        bias = self.bias
+        if bias is not None:
+            y += bias  # y is this call's own tensor
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -93,6 +103,12 @@ class Int8Linear(QuantizedLinear):
     def _matmul(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.aten._weight_int8pack_mm(x, self.codes, self.scales)
 
+    def _codes(self) -> tuple[str, int]:
+        return "codes", 1
+
+    def _per_channel(self) -> tuple[str, int]:
+        return "scales", 0
+
 
 class Int4Linear(QuantizedLinear):
     """Weight-only int4, a scale and a zero per group of ``INT4_GROUP`` inputs (min-max)."""
@@ -118,6 +134,59 @@ class Int4Linear(QuantizedLinear):
             x, self.packed, INT4_GROUP, self.scales_and_zeros
         )
 
+    def _codes(self) -> tuple[str, int]:
+        return "packed", INT4_ROW_BLOCK
+
+    def _per_channel(self) -> tuple[str, int]:
+        return "scales_and_zeros", 1
+
+
+def fuse_rows(parts: list[nn.Module]) -> QuantizedLinear | None:
+    """One quantized layer computing ``parts`` (same input, same format) as one matmul, or
+    ``None`` when they cannot be fused (not quantized alike, or cut inside a packed block).
+
+    The kernels compute each output channel from its own row of codes, so the fused layer's
+    columns equal each part's outputs exactly. The parts' codes become views into the fused
+    layer's, so fusing costs no weight memory; their scales stay their own (the kernels read
+    scales densely, and a column slice of the fused scales is not dense): an eighth of a byte
+    per int4 weight, four bytes per int8 row.
+    """
+    first = parts[0]
+    if not isinstance(first, QuantizedLinear) or len(parts) < 2:
+        return None
+    kind = type(first)
+    if any(type(p) is not kind or p.in_features != first.in_features for p in parts):
+        return None
+    codes_name, block = first._codes()
+    if any(p.out_features % block for p in parts):
+        return None
+    scales_name, channel_dim = first._per_channel()
+    fused = kind.__new__(kind)
+    nn.Module.__init__(fused)
+    fused.in_features = first.in_features
+    fused.out_features = sum(p.out_features for p in parts)
+    with torch.no_grad():
+        codes = torch.cat([getattr(p, codes_name) for p in parts])
+        biases = [p.bias for p in parts]
+        if all(b is None for b in biases):
+            bias = None
+        else:
+            bias = torch.cat(
+                [
+                    b if b is not None else torch.zeros(p.out_features)
+                    for b, p in zip(biases, parts, strict=True)
+                ]
+            )
+    fused.register_buffer("bias", bias)
+    fused.register_buffer(codes_name, codes)
+    scales = torch.cat([getattr(p, scales_name) for p in parts], dim=channel_dim)
+    fused.register_buffer(scales_name, scales.contiguous())
+    start = 0
+    for p in parts:  # the parts read the fused codes: one copy of the weights
+        setattr(p, codes_name, codes[start : start + p.out_features])
+        start += p.out_features
+    return fused
+
 
 _LAYERS: dict[str, type[QuantizedLinear]] = {"int8": Int8Linear, "int4": Int4Linear}
 
@@ -137,9 +206,9 @@ def _probe_kernel(weights: str) -> None:
     try:
         _LAYERS[weights](probe)(torch.ones(1, 2 * INT4_GROUP))
     except (RuntimeError, NotImplementedError, AttributeError) as exc:
+        others = ", ".join(w for w in WEIGHT_FORMATS if w != weights)
         raise ConfigError(
-            f"weights={weights!r}: this torch build has no CPU kernel for it ({exc}); "
-            "use weights='fp32'"
+            f"weights={weights!r} cannot run on this machine ({exc}); use one of {others}"
         ) from exc
 
 
