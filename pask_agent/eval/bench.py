@@ -127,27 +127,25 @@ def _rss_bytes() -> int:
 
 
 class _ForwardClock:
-    """Wall time of the model forward and its token count, by hooks (nothing patched)."""
+    """Wall time of the engine's model forward and its token count: ``engine.forward`` is
+    wrapped on this engine instance until ``close``."""
 
-    def __init__(self, model: Any) -> None:
-        self.seconds, self.tokens, self._t = 0.0, 0, 0.0
-        self._hooks = [
-            model.register_forward_pre_hook(self._pre, with_kwargs=True),
-            model.register_forward_hook(self._post),
-        ]
+    def __init__(self, engine: Engine) -> None:
+        self.seconds, self.tokens = 0.0, 0
+        self._engine, self._forward = engine, engine.forward
+        engine.forward = self._timed
 
-    def _pre(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        self.tokens = int(kwargs["input_ids"].numel())
-        self._t = time.perf_counter()
-
-    def _post(self, module: Any, args: Any, out: Any) -> None:
-        if out.logits.is_cuda:  # the forward returns before a GPU has run it
-            torch.cuda.synchronize(out.logits.device)
-        self.seconds += time.perf_counter() - self._t
+    def _timed(self, step: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        self.tokens = int(input_ids.numel())
+        t = time.perf_counter()
+        logits = self._forward(step, input_ids)
+        if logits.is_cuda:  # the forward returns before a GPU has run it
+            torch.cuda.synchronize(logits.device)
+        self.seconds += time.perf_counter() - t
+        return logits
 
     def close(self) -> None:
-        for h in self._hooks:
-            h.remove()
+        self._engine.forward = self._forward
 
 
 def run_level(
@@ -169,7 +167,7 @@ def run_level(
         Request(p.ids, p.labels, p.spec, params, engine.new_sequence(pol.start(env)), pol)
         for p in prompts
     ]
-    clock = _ForwardClock(engine.model)
+    clock = _ForwardClock(engine)
     ends: list[Finished] = []
     admitted = rss = steps = full_steps = 0
     decode_s = decode_tokens = host_s = roof_s = full_s = 0.0
