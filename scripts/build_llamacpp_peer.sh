@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `make peer-llamacpp`: build llama.cpp's own batched benchmark (llama-batched-bench) with the
-# system compiler into .peers/llamacpp/bin, from the llama.cpp source that the pinned
-# llama-cpp-python sdist vendors (PyPI is the one source this machine reaches). A peer that
-# `pask-agent bench --peer llamacpp` measures beside us; never a dependency of the package.
+# `make peer-llamacpp`: build llama.cpp's own batched benchmark (llama-batched-bench) and its
+# server (llama-server) with the system compiler into .peers/llamacpp/bin, from the llama.cpp
+# source that the pinned llama-cpp-python sdist vendors (PyPI is the one source this machine
+# reaches). A peer that `pask-agent bench --peer llamacpp` and `pask_agent.eval.llamacpp_bfcl`
+# measure beside us; never a dependency of the package.
 set -euo pipefail
 VERSION="${LLAMACPP_PY_VERSION:-0.3.36}"
 DEST="${1:-.peers/llamacpp}"
@@ -15,12 +16,14 @@ tar xzf "$work/llama_cpp_python-$VERSION.tar.gz" -C "$work"
 src="$work/llama_cpp_python-$VERSION/vendor/llama.cpp"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
     -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF >"$work/configure.log" 2>&1 || { tail -40 "$work/configure.log" >&2; exit 1; }
+    -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >"$work/configure.log" 2>&1 || { tail -40 "$work/configure.log" >&2; exit 1; }
 # the compiler's warnings go to the log; its last lines are shown if the build fails
-cmake --build "$work/build" --target llama-batched-bench -j "$(nproc)" >"$work/build.log" 2>&1 ||
+cmake --build "$work/build" --target llama-batched-bench llama-server -j "$(nproc)" >"$work/build.log" 2>&1 ||
     { tail -40 "$work/build.log" >&2; exit 1; }
 mkdir -p "$DEST/bin"
-cp "$work/build/bin/llama-batched-bench" "$DEST/bin/llama-batched-bench.tmp"
-mv "$DEST/bin/llama-batched-bench.tmp" "$DEST/bin/llama-batched-bench"
+for tool in llama-batched-bench llama-server; do
+    cp "$work/build/bin/$tool" "$DEST/bin/$tool.tmp"
+    mv "$DEST/bin/$tool.tmp" "$DEST/bin/$tool"
+done
 echo "llama-cpp-python==$VERSION (its vendored llama.cpp)" >"$DEST/SOURCE"
-echo "built $DEST/bin/llama-batched-bench from llama-cpp-python $VERSION"
+echo "built llama-batched-bench and llama-server in $DEST/bin from llama-cpp-python $VERSION"
