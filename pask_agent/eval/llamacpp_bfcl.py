@@ -287,7 +287,8 @@ def evaluate(
         todo = [cid for cid in cases if (name, budgets[name], cid) not in done]
         if not todo:
             continue
-        server_log = out.with_suffix(f".{kv_type}.server.log")
+        server_log = binary.parent.parent / "logs" / f"{out.name}.{kv_type}.log"
+        server_log.parent.mkdir(parents=True, exist_ok=True)
         with llama_server(binary, gguf, kv_type, threads, 8192, server_log) as url:
             for cid in todo:
                 case = cases[cid]
