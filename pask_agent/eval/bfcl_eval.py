@@ -186,6 +186,31 @@ def add_case_arguments(p: argparse.ArgumentParser, categories: Sequence[str]) ->
     p.add_argument("--categories", default=",".join(categories))
 
 
+def add_peer_arguments(p: argparse.ArgumentParser, out: str) -> None:
+    """What every peer's BFCL run takes (``kvpress_peer``, ``llamacpp_bfcl``): the cases, the
+    model, the answer length, where to write, and whether to resume."""
+    p.add_argument("--split", default="test", choices=("calibration", "dev", "test"))
+    add_case_arguments(p, NON_LIVE_CATEGORIES)
+    p.add_argument("--model", default="default")
+    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument("--out", type=Path, default=Path(out))
+    p.add_argument("--restart", action="store_true", help="ignore rows an earlier run left")
+
+
+def peer_workload(kind: type[BfclWorkload], args: argparse.Namespace) -> Any:
+    """A peer's workload over the cases ``add_peer_arguments`` parsed."""
+    categories = tuple(names(args.categories))
+    return kind(args.split, args.cases_per_category, categories, args.max_new_tokens)
+
+
+def print_summaries(summaries: Sequence[Any], out: Path) -> None:
+    for s in summaries:
+        print(f"{s.label}: acc {s.overall:.3f} ({s.correct}/{s.cases}) valid "
+              f"{s.valid_rate:.3f} measured B {s.measured_b:.3f} B_P "
+              f"{s.measured_b_prompt or 0:.3f}")  # fmt: skip
+    print(f"wrote {out}.{{jsonl,json,md,png}}")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shared(p, DEFAULTS)
     add_case_arguments(p, NON_LIVE_CATEGORIES)

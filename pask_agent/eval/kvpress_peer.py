@@ -39,8 +39,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pask_agent.errors import ConfigError, PaskError, exit_code
-from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase
-from pask_agent.eval.bfcl_eval import BfclWorkload, add_case_arguments
+from pask_agent.eval.bfcl import BfclCase
+from pask_agent.eval.bfcl_eval import (
+    BfclWorkload,
+    add_peer_arguments,
+    peer_workload,
+    print_summaries,
+)
 from pask_agent.eval.harness import Config, Measured, Row, Scored
 from pask_agent.eval.harness_args import budgets as parse_budgets
 from pask_agent.eval.harness_args import names
@@ -345,33 +350,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pask_agent.eval.kvpress_peer", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--split", default="test", choices=("calibration", "dev", "test"))
-    add_case_arguments(p, NON_LIVE_CATEGORIES)
+    add_peer_arguments(p, "results/bfcl_kvpress")
     p.add_argument("--presses", default="snapkv,streaming_llm,expected_attention,kvzip",
                    help=f"comma-separated, of: {', '.join(PRESSES)}")  # fmt: skip
     p.add_argument("--budgets", default="0.33", help="comma-separated B in (0, 1]")
-    p.add_argument("--model", default="default")
-    p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--venv", type=Path, default=DEFAULT_VENV)
-    p.add_argument("--out", type=Path, default=Path("results/bfcl_kvpress"))
-    p.add_argument("--restart", action="store_true", help="ignore rows an earlier run left")
     args = p.parse_args(argv)
 
     def run() -> int:
         runs = plan_runs(names(args.presses), parse_budgets(args.budgets))
         peer_python(args.venv)  # before any case is read
-        workload = KvpressWorkload(
-            args.split, args.cases_per_category, tuple(names(args.categories)),
-            args.max_new_tokens,
-        )  # fmt: skip
+        workload = peer_workload(KvpressWorkload, args)
         summaries = evaluate(
             workload, runs, args.out, venv=args.venv, model=args.model, restart=args.restart
         )
-        for s in summaries:
-            print(f"{s.label}: acc {s.overall:.3f} ({s.correct}/{s.cases}) valid "
-                  f"{s.valid_rate:.3f} measured B {s.measured_b:.3f} B_P "
-                  f"{s.measured_b_prompt or 0:.3f}")  # fmt: skip
-        print(f"wrote {args.out}.{{jsonl,json,md,png}}")
+        print_summaries(summaries, args.out)
         return 0
 
     return exit_code(run)

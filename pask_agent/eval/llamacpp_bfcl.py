@@ -36,8 +36,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pask_agent.errors import ConfigError, PaskError, exit_code
-from pask_agent.eval.bfcl import NON_LIVE_CATEGORIES, BfclCase
-from pask_agent.eval.bfcl_eval import BfclWorkload, add_case_arguments
+from pask_agent.eval.bfcl import BfclCase
+from pask_agent.eval.bfcl_eval import (
+    BfclWorkload,
+    add_peer_arguments,
+    peer_workload,
+    print_summaries,
+)
 from pask_agent.eval.harness import Config, Measured, Row, Scored
 from pask_agent.eval.harness_args import names
 from pask_agent.eval.harness_report import write_report
@@ -311,33 +316,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m pask_agent.eval.llamacpp_bfcl", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--split", default="test", choices=("calibration", "dev", "test"))
-    add_case_arguments(p, NON_LIVE_CATEGORIES)
+    add_peer_arguments(p, "results/bfcl_llamacpp")
     p.add_argument(
         "--kv-types", default="f16,q4_0", help=f"comma-separated, of: {', '.join(KV_BYTES)}"
     )
-    p.add_argument("--model", default="default")
-    p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--server", type=Path, default=SERVER)
-    p.add_argument("--out", type=Path, default=Path("results/bfcl_llamacpp"))
-    p.add_argument("--restart", action="store_true", help="ignore rows an earlier run left")
     args = p.parse_args(argv)
 
     def run() -> int:
-        workload = LlamacppWorkload(
-            args.split, args.cases_per_category, tuple(names(args.categories)),
-            args.max_new_tokens,
-        )  # fmt: skip
+        workload = peer_workload(LlamacppWorkload, args)
         summaries = evaluate(
             workload, names(args.kv_types), args.out, binary=args.server, model=args.model,
             threads=args.threads, restart=args.restart,
         )  # fmt: skip
-        for s in summaries:
-            print(
-                f"{s.label}: acc {s.overall:.3f} ({s.correct}/{s.cases}) valid {s.valid_rate:.3f}"
-            )
-        print(f"wrote {args.out}.{{jsonl,json,md,png}}")
+        print_summaries(summaries, args.out)
         return 0
 
     return exit_code(run)

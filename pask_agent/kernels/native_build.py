@@ -20,6 +20,8 @@ import tempfile
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
+from pask_agent.record.user_cache import cache_root
+
 __all__ = ["DISABLE_ENV", "FLAGS", "build_library", "load_once"]
 
 FLAGS = (
@@ -35,14 +37,6 @@ FLAGS = (
 DISABLE_ENV = "PASK_AGENT_NO_NATIVE"  # set to 1 to keep the torch paths
 
 
-def _cache_dir() -> Path:
-    explicit = os.environ.get("PASK_AGENT_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pask-agent"
-
-
 def build_library(
     stem: str,
     source: Path,
@@ -56,7 +50,7 @@ def build_library(
     key = hashlib.sha256(
         text + " ".join((compiler, *flags, platform.machine(), platform.node())).encode()
     ).hexdigest()[:16]
-    target = _cache_dir() / "kernels" / f"{stem}-{key}.so"
+    target = cache_root() / "kernels" / f"{stem}-{key}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)

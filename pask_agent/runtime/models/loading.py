@@ -40,6 +40,7 @@ from pask_agent.errors import (
     ModelHashMismatchError,
     ModelNotAvailableError,
 )
+from pask_agent.record.user_cache import cache_root
 from pask_agent.runtime.models.bundled import ALIASES, BUNDLED, BundledModel
 from pask_agent.runtime.models.key_offsets import cached_key_offsets
 from pask_agent.runtime.models.quantized_linear import check_weight_format, quantize_linear_layers
@@ -79,15 +80,6 @@ class LoadedModel:
         """The model's per-channel key offsets (``key_offsets.py``), measured on first use by
         the first process that opens these weights, read from the user cache by the others."""
         return cached_key_offsets(self.model, self.tokenizer, self.path, cache_root(), self.weights)
-
-
-def cache_root() -> Path:
-    """``$PASK_AGENT_CACHE``, else ``$XDG_CACHE_HOME/pask-agent``, else ``~/.cache/pask-agent``."""
-    explicit = os.environ.get("PASK_AGENT_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "pask-agent"
 
 
 def _package_dir(package: str, install: str) -> Path:
