@@ -11,10 +11,14 @@ gets the prompt our runtime builds (``prepare_turn``: the same token ids, sent a
 tool-call grammar (``tool_call_ebnf``, the text our runtime compiles for xgrammar, with its rule
 names spelled the way llama.cpp's GBNF parser reads them), ``tool_choice="required"``, parallel
 calls only in the parallel categories, greedy (temperature 0), ``max_new_tokens`` 200, as
-``eval/bfcl_eval.py`` asks. One thing differs by design: our runtime continues an array of calls
-the model closes while it still gives another call at least 1 % (``continue_calls_at``);
-llama.cpp has no such option, so its parallel answers stop where the model's greedy choice
-does. This process parses and scores the answers with our BFCL scorer and writes the
+``eval/bfcl_eval.py`` asks. Our runtime continues an array of calls the model closes while it
+still gives another call at least 1 % of the grammar's mass (``continue_calls_at``); llama.cpp
+has no such option, so this peer applies the same rule between requests: when an answer closes
+its array with a ``]`` token, the server's top-20 probabilities at that token say what share
+the grammar's ``,`` tokens had against ``]``; at 1 % or more the answer is resumed from the
+tokens before ``]`` plus the likeliest ``,`` token, with the grammar of the rest of the array
+(the slot's cache keeps the tokens already decoded, so nothing is recomputed). This process
+parses and scores the answers with our BFCL scorer and writes the
 harness's files (``<out>.jsonl/.json/.md/.png``), one configuration per KV cache type named
 ``llama.cpp:<type>``; its measured ``B`` is the type's bytes per value over f16's
 (q8_0: 34/64, q4_0: 18/64; llama.cpp keeps every token).
@@ -54,6 +58,8 @@ PREFIX = "llama.cpp:"
 # bytes per KV value, against f16's 2 (ggml's block sizes: 32 values a block)
 KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _INSTALL = "make peer-llamacpp"
+# the rule our runtime decodes parallel calls with (RuntimeConfig.continue_calls_at's default)
+CONTINUE_AT = 0.01
 
 
 def gbnf(ebnf: str) -> str:
@@ -147,9 +153,10 @@ class LlamacppWorkload(BfclWorkload):
             f"{cases} BFCL v4 non-live cases ({self.per_category or 'all'} per category, split "
             f"{self.split!r}) through llama-server on the bundled GGUF (its Q4_K_M blocks read "
             "as stored): our prompt token ids and our tool-call grammar as GBNF, greedy, "
-            f"max_new_tokens={self.max_new_tokens}, official AST checker. No continuation of "
-            "closed call arrays (ours continues at p >= 0.01). measured B = the KV type's "
-            "bytes per value / f16's; every token kept."
+            f"max_new_tokens={self.max_new_tokens}, official AST checker; an array of calls "
+            f"closed while another call had >= {CONTINUE_AT} of the grammar's mass is "
+            "continued, as our runtime does. measured B = the KV type's bytes per value / "
+            "f16's; every token kept."
         )
 
 
@@ -181,6 +188,7 @@ def score(
     usage = _usage(record, kv_type, per_token)
     specs = case.tools()
     extra = {"kv_type": kv_type, "stop_type": record["stop_type"]}
+    extra["continued"] = int(record.get("continued", 0))
     try:
         calls = checked_tool_calls(parse_tool_calls(record["text"], specs), specs)
     except PaskError as exc:
@@ -214,26 +222,94 @@ def case_prompt(
     return list(turn.prompt_ids), gbnf(ebnf)
 
 
-def ask(url: str, prompt_ids: list[int], grammar: str, max_new_tokens: int) -> dict[str, Any]:
-    """One greedy completion under ``grammar``; the fields a row needs."""
+# Between parallel calls the grammar writes `, ` and then a call, which opens with this text.
+_NEXT_CALL = ', {"name": "'
+_SEPARATOR = ", "
+_TOP = 20
+
+
+def continue_share(step: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
+    """At a token that closed the array of calls (``]``), the share of the grammar's mass that
+    went to starting another call, from the server's top probabilities there (before the
+    grammar), and the likeliest token that writes all or part of the separator (``None`` if
+    none of the top ones does)."""
+    import math
+
+    close = comma = 0.0
+    best: dict[str, Any] | None = None
+    for alt in step.get("top_logprobs") or []:
+        text, p = str(alt.get("token", "")), math.exp(float(alt["logprob"]))
+        if text == "]":
+            close += p
+        elif text and _NEXT_CALL.startswith(text):
+            comma += p
+            if _SEPARATOR.startswith(text) and (best is None or p > best["p"]):
+                best = {"id": int(alt["id"]), "token": text, "p": p}
+    total = close + comma
+    return (comma / total if total else 0.0), best
+
+
+def rest_of_calls(grammar: str, written: str) -> str:
+    """``grammar`` (an array of parallel calls) for what follows once ``written``, a prefix of
+    the separator, has been written after a complete call: the rest of the separator, a call,
+    more calls, ``]``."""
+    rest = _SEPARATOR[len(written) :]
+    head = f'"{rest}" ' if rest else ""
+    lines = grammar.splitlines()
+    if lines[0] != "root ::= calls":
+        raise ValueError("not the grammar of an array of parallel calls")
+    return "\n".join([f'root ::= {head}call (", " call)* "]"', *lines[1:]])
+
+
+def ask(
+    url: str,
+    prompt_ids: list[int],
+    grammar: str,
+    max_new_tokens: int,
+    continue_calls_at: float | None = CONTINUE_AT,
+) -> dict[str, Any]:
+    """One greedy completion under ``grammar``, an array of calls continued as our runtime
+    continues it (``continue_share``); the fields a row needs."""
     start = time.perf_counter()
-    reply = _post(
-        f"{url}/completion",
-        {
-            "prompt": prompt_ids, "n_predict": max_new_tokens, "temperature": 0.0,
-            "grammar": grammar, "cache_prompt": False, "return_tokens": True,
-        },
-        timeout=600,
-    )  # fmt: skip
-    timings = reply.get("timings", {})
-    tokens = list(reply.get("tokens") or [])
-    stop = str(reply.get("stop_type", ""))
+    parallel = continue_calls_at is not None and grammar.startswith("root ::= calls")
+    tokens: list[int] = []
+    text, current = "", grammar
+    prompt_ms = predicted_ms = 0.0
+    continued = 0
+    while True:
+        reply = _post(
+            f"{url}/completion",
+            {
+                "prompt": prompt_ids + tokens, "n_predict": max_new_tokens - len(tokens),
+                "temperature": 0.0, "grammar": current, "cache_prompt": bool(tokens),
+                "return_tokens": True, "n_probs": _TOP if parallel else 0,
+            },
+            timeout=600,
+        )  # fmt: skip
+        timings = reply.get("timings", {})
+        prompt_ms += float(timings.get("prompt_ms", 0.0)) if not tokens else 0.0
+        predicted_ms += float(timings.get("predicted_ms", 0.0))
+        new = [int(t) for t in reply.get("tokens") or []]
+        content = str(reply.get("content", ""))
+        stop = str(reply.get("stop_type", ""))
+        steps = [s for s in reply.get("completion_probabilities") or [] if s.get("token")]
+        if parallel and stop == "eos" and steps and steps[-1]["token"] == "]":
+            share, comma = continue_share(steps[-1])
+            if share >= continue_calls_at and comma is not None:
+                keep = len(steps) - 1  # the tokens before `]` (a stop token writes no text)
+                if keep < len(new) and len(tokens) + keep + 1 < max_new_tokens:
+                    tokens += new[:keep] + [comma["id"]]
+                    text += content[: -len("]")] + comma["token"]
+                    current = rest_of_calls(grammar, comma["token"])
+                    continued += 1
+                    continue
+        tokens += new
+        text += content
+        break
     return {
-        "text": str(reply.get("content", "")), "token_ids": tokens,
-        "prompt_tokens": len(prompt_ids), "stop_type": stop,
-        "reason": "length" if stop == "limit" else "stop",
-        "ttft_s": float(timings.get("prompt_ms", 0.0)) / 1000,
-        "tpot_s": float(timings.get("predicted_per_token_ms", 0.0)) / 1000,
+        "text": text, "token_ids": tokens, "prompt_tokens": len(prompt_ids), "stop_type": stop,
+        "reason": "length" if stop == "limit" else "stop", "continued": continued,
+        "ttft_s": prompt_ms / 1000, "tpot_s": predicted_ms / 1000 / max(len(tokens), 1),
         "seconds": time.perf_counter() - start,
     }  # fmt: skip
 
@@ -266,6 +342,7 @@ def evaluate(
     cases = {c.id: c for c in workload.cases()}
     source = (binary.parent.parent / "SOURCE").read_text().strip()
     settings = {"workload": workload.name, "model": model, "peer": source}
+    settings["continue_calls_at"] = CONTINUE_AT
     settings |= workload.settings()
     started = provenance()
     file = RowFile(out.with_suffix(".jsonl"), workload)

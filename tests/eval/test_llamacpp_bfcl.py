@@ -18,12 +18,15 @@ from pask_agent.eval.bfcl import load_bfcl
 from pask_agent.eval.bfcl_eval import load_split
 from pask_agent.eval.harness import Config, Row
 from pask_agent.eval.llamacpp_bfcl import (
+    CONTINUE_AT,
     KV_BYTES,
     PREFIX,
     LlamacppWorkload,
     case_prompt,
+    continue_share,
     evaluate,
     gbnf,
+    rest_of_calls,
     score,
 )
 from pask_agent.grammars.json.tool_grammar import tool_call_ebnf
@@ -120,3 +123,50 @@ def test_without_the_server_or_with_unknown_kv_types_nothing_runs(tmp_path: Path
         evaluate(workload, ["q2_k"], tmp_path / "x", binary=fake)
     assert set(KV_BYTES) == {"f16", "q8_0", "q4_0"}
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def _step(**logprobs: float) -> dict:
+    return {"token": "]", "top_logprobs": [{"id": i, "token": t, "logprob": lp}
+            for i, (t, lp) in enumerate(logprobs.items())]}  # fmt: skip
+
+
+def test_a_closed_array_continues_when_another_call_has_its_share() -> None:
+    import math
+
+    # parallel_0 on f16: `]` -0.043, `,` -4.10 (1.7 % of the two), tokens the grammar
+    # forbids in between; `,\n` is not a prefix of the separator and does not count
+    step = _step(**{"]": -0.043, ",": -4.098, "]\n": -5.2, ",\n": -5.6, "]}": -6.5})
+    share, comma = continue_share(step)
+    p_close, p_comma = math.exp(-0.043), math.exp(-4.098)
+    assert share == pytest.approx(p_comma / (p_close + p_comma))
+    assert share >= CONTINUE_AT and comma is not None and comma["token"] == ","
+    # parallel_5: `,` at -6.82 is 0.11 %: the array stays closed
+    assert continue_share(_step(**{"]": -0.035, ",": -6.82}))[0] < CONTINUE_AT
+    assert continue_share(_step(**{"]": -0.01})) == (0.0, None)
+
+
+def _add(a: int, b: str) -> str:
+    """Add.
+
+    Args:
+        a: A number.
+        b: A label.
+    """
+    return b
+
+
+def test_the_rest_of_the_array_is_what_our_grammar_accepts_after_a_call() -> None:
+    grammar = gbnf(tool_call_ebnf([_add], tool_choice="required", parallel=True))
+    one = '{"name": "_add", "arguments": {"a": 1, "b": "x"}}'
+    two = '{"name": "_add", "arguments": {"a": 2, "b": "y"}}'
+    accepts = _is_grammar_accept_string
+    assert accepts(xgrammar.Grammar.from_ebnf(grammar), f"[{one}, {two}]")
+    after_comma = xgrammar.Grammar.from_ebnf(rest_of_calls(grammar, ","))
+    after_separator = xgrammar.Grammar.from_ebnf(rest_of_calls(grammar, ", "))
+    assert accepts(after_comma, f" {two}]") and accepts(after_comma, f" {two}, {one}]")
+    assert accepts(after_separator, f"{two}]")
+    for wrong in ("]", f"{two}]", f" {two}"):
+        assert not accepts(after_comma, wrong)
+    single = gbnf(tool_call_ebnf([_add], tool_choice="required"))
+    with pytest.raises(ValueError, match="parallel"):
+        rest_of_calls(single, ",")
