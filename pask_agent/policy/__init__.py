@@ -2,12 +2,13 @@
 
 Importing this package imports every policy module, so :data:`POLICIES` lists them all:
 ``full``, ``pask``, ``pask_hand``, ``streaming``, ``h2o``, ``snapkv``, ``mikv``, ``position``,
-``position_both`` and ``int4``.
+``position_both``, ``int4`` and ``pask_release``.
 """
 
 from pask_agent.policy.base import Demotion, Policy, PolicyEnv, RetentionView
 from pask_agent.policy.full import FullPolicy
 from pask_agent.policy.h2o import H2OPolicy
+from pask_agent.policy.label_release import LabelReleasePolicy
 from pask_agent.policy.mikv import MiKVPolicy
 from pask_agent.policy.pask import HandWrittenPaskPolicy, PaskPolicy
 from pask_agent.policy.position import PositionPolicy
@@ -24,6 +25,7 @@ __all__ = [
     "H2OPolicy",
     "HandWrittenPaskPolicy",
     "Int4Policy",
+    "LabelReleasePolicy",
     "MiKVPolicy",
     "PaskPolicy",
     "Policy",
