@@ -14,6 +14,7 @@ from pask_agent.policy import (
     H2OPolicy,
     HandWrittenPaskPolicy,
     Int4Policy,
+    LabelReleasePolicy,
     MiKVPolicy,
     PaskPolicy,
     PositionBothPolicy,
@@ -55,6 +56,8 @@ ALL_POLICIES: list[PolicyCase] = [
     # INT4 costs what it costs (about 0.31 + protection on the tiny model's head dim 16): a
     # budget above that is not reached, one below is held by releasing the oldest tokens.
     PolicyCase(Int4Policy, holds_budget=False, full_at_one=False),
+    # INT4 like int4; below its cost, released in the span labels' order instead of by age.
+    PolicyCase(LabelReleasePolicy, holds_budget=False, full_at_one=False),
 ]
 
 

@@ -1,0 +1,108 @@
+"""``pask_release``: INT4 outside sinks and window; over ``B``, settled tokens are released in
+the order of their span labels (the table's ``R→L`` priorities), the answer last.
+
+At the policy level: which positions one revision releases, against ``int4``'s age order on the
+same view. End to end on SmolLM2 with a tool prompt: the budget holds, every answer token is
+kept, and the released prompt tokens are the lowest-ranked labels.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from pask_agent.policy import Int4Policy, LabelReleasePolicy, PolicyEnv
+from pask_agent.policy.actions import Action
+from pask_agent.policy.base import RetentionView
+from pask_agent.policy.costs import PayloadCosts
+from pask_agent.runtime.config import RuntimeConfig
+from pask_agent.runtime.runtime import Runtime
+
+COSTS = PayloadCosts.from_dims(24, 2, 64)
+SINKS, WINDOW = 4, 16
+
+
+def _view(n: int) -> RetentionView:
+    settled = n - WINDOW
+    low = np.arange(SINKS, settled)
+    empty = np.zeros(0, np.int64)
+    return RetentionView(
+        length=n, settled=settled, sinks=SINKS, high=(empty,) * 3, low=(low,) * 3,
+        scores=None, step_scores=None, prefill_done=True,
+    )  # fmt: skip
+
+
+def _released(demotions: list[Any], group: int) -> set[int]:
+    return {p for d in demotions if d.group == group and d.action == Action.R for p in d.positions}
+
+
+def test_the_lowest_ranked_labels_go_first_and_the_answer_last() -> None:
+    # 200 prompt tokens: the request, descriptions, then types; 40 answer tokens. The shipped
+    # table ranks the request above both in every layer group.
+    labels = ["protected_content"] * 60 + ["schema_description"] * 80 + ["type_constraint"] * 60
+    policy = LabelReleasePolicy()
+    session = policy.start(PolicyEnv(COSTS, SINKS, WINDOW, 0.25))
+    assert set(session.plan_prefill(labels)) == {(Action.L,) * 3}
+    for _ in range(40):
+        assert session.on_token(None) == (Action.L,) * 3
+    view = _view(240)
+    out = session.revise(view)
+    for g in range(3):
+        released = _released(out, g)
+        assert 0 < len(released) < 140, "INT4 of 220 settled tokens is over 0.25: some go"
+        rank = session.rank(view, g)
+        kept = set(range(SINKS, view.settled)) - released
+        # every released token ranks no higher than every kept one; the answer is all kept
+        assert max(rank[sorted(released)]) <= min(rank[sorted(kept)])
+        assert all(p < 200 for p in released)
+    # the request (the oldest prompt tokens) stays; int4 on the same view releases it first
+    assert not _released(out, 0) & set(range(60))
+    int4 = Int4Policy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.25))
+    assert set(range(SINKS, 60)) <= _released(int4.revise(view), 0)
+
+
+def test_within_budget_nothing_moves_and_bad_budgets_are_refused() -> None:
+    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.5))
+    session.plan_prefill(["protected_content"] * 100)
+    assert session.revise(_view(100)) == []
+    with pytest.raises(Exception, match="budget"):
+        LabelReleasePolicy(budget=1.5)
+
+
+def get_weather(city: str, unit: str = "celsius") -> str:
+    """Get the current weather in a city, with a long description that the release order
+    ranks below the request and the names.
+
+    Args:
+        city: The city name, e.g. Oslo, Bergen, Trondheim or Stavanger.
+        unit: Temperature unit, celsius or fahrenheit.
+    """
+    return "sunny"
+
+
+def test_end_to_end_on_smollm2_the_budget_holds_and_the_answer_is_kept(smollm2) -> None:
+    question = [{"role": "user", "content": "What is the weather in Oslo, in fahrenheit?"}]
+
+    async def main() -> tuple[Any, list[np.ndarray], int]:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            conv = rt.conversation("release")
+            result = await rt.chat(
+                question, tools=[get_weather], tool_choice="required", max_new_tokens=32,
+                policy=LabelReleasePolicy(), budget=0.15, parallel_tool_calls=False,
+                conversation=conv,
+            )  # fmt: skip
+            seq = conv._state.seq_id
+            kept = [np.concatenate(rt.engine.store.retained_arrays(seq, g)) for g in range(3)]
+            return result, kept, rt.engine.store.length(seq)
+
+    result, kept, n = anyio.run(main)
+    u = result.usage
+    assert result.tool_calls and result.tool_calls[0].name == "get_weather"
+    assert u.measured_b <= 0.15 + 1e-9
+    for positions in kept:
+        # every answer token is still held: only prompt tokens were released
+        assert set(range(u.prompt_tokens, n)) <= set(positions.tolist())
+        assert len(positions) < n
