@@ -44,11 +44,14 @@ DEFAULTS = Defaults(out="results/bfcl_dev")
 
 
 def load_split(
-    split: str, per_category: int | None, categories: Sequence[str] = NON_LIVE_CATEGORIES
+    split: str,
+    per_category: int | None,
+    categories: Sequence[str] = NON_LIVE_CATEGORIES,
+    skip: int = 0,
 ) -> tuple[BfclCase, ...]:
-    """The first ``per_category`` cases (all when ``None``) of one partition of the fixed split
-    file (``calibration_data/splits/bfcl.json``), category by category."""
-    return cases_in(split, per_category=per_category, categories=categories)
+    """The first ``per_category`` cases (all when ``None``) after the first ``skip`` of each
+    category, in one partition of the fixed split file (``calibration_data/splits/bfcl.json``)."""
+    return cases_in(split, per_category=per_category, categories=categories, skip_per_category=skip)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class BfclWorkload(Workload):
     tool_choice: str = "required"
     traces: list[Any] | None = None
     given: tuple[BfclCase, ...] | None = None  # these cases instead of the split's
+    skip_per_category: int = 0  # start after the first n of each category
 
     name: ClassVar[str] = "bfcl"
     title: ClassVar[str] = "BFCL non-live: accuracy and measured KV budget"
@@ -84,7 +88,13 @@ class BfclWorkload(Workload):
     def cases(self) -> Sequence[BfclCase]:
         if self.given is not None:
             return self.given
-        return load_split(self.split, self.per_category, self.categories)
+        return load_split(self.split, self.per_category, self.categories, self.skip_per_category)
+
+    def settings(self) -> dict[str, Any]:
+        out = super().settings()
+        if not self.skip_per_category:  # runs written before the option resume as they were
+            out.pop("skip_per_category", None)
+        return out
 
     def group(self, case: BfclCase) -> str:
         return case.category
@@ -130,8 +140,9 @@ class BfclWorkload(Workload):
 
     def note(self, cases: int) -> str:
         return (
-            f"{cases} BFCL v4 non-live cases ({self.per_category or 'all'} per category, split "
-            f"{self.split!r} of calibration_data/splits/bfcl.json), greedy, "
+            f"{cases} BFCL v4 non-live cases ({self.per_category or 'all'} per category"
+            f"{f' after the first {self.skip_per_category}' if self.skip_per_category else ''}"
+            f", split {self.split!r} of calibration_data/splits/bfcl.json), greedy, "
             f"max_new_tokens={self.max_new_tokens}, official AST checker. measured B = Σ live "
             "KV bytes / Σ Full-KV bytes at the end of each request (prompt + generated, INT4 "
             "scales included); mean B and max B are per case; B_P and B_D are the same ratio "
@@ -177,12 +188,20 @@ def write_traces(workload: BfclWorkload, path: Path | None) -> None:
     write(path, sorted(workload.traces, key=lambda t: order[t.id]))
 
 
-def add_case_arguments(p: argparse.ArgumentParser, categories: Sequence[str]) -> None:
-    """Which BFCL cases of the split: the first n of each category (BFCL-shaped evals)."""
+def add_case_arguments(
+    p: argparse.ArgumentParser, categories: Sequence[str], *, skip: bool = False
+) -> None:
+    """Which BFCL cases of the split: the first n of each category (BFCL-shaped evals), after
+    the first ``--skip-per-category`` when ``skip`` (the workloads that read it)."""
     p.add_argument(
         "--cases-per-category", "--cases", dest="cases_per_category", type=int, default=None,
         help="first n per category (default all)",
     )  # fmt: skip
+    if skip:
+        p.add_argument(
+            "--skip-per-category", type=int, default=0,
+            help="start after the first n of each category (cases no earlier run scored)",
+        )  # fmt: skip
     p.add_argument("--categories", default=",".join(categories))
 
 
@@ -190,7 +209,7 @@ def add_peer_arguments(p: argparse.ArgumentParser, out: str) -> None:
     """What every peer's BFCL run takes (``kvpress_peer``, ``llamacpp_bfcl``): the cases, the
     model, the answer length, where to write, and whether to resume."""
     p.add_argument("--split", default="test", choices=("calibration", "dev", "test"))
-    add_case_arguments(p, NON_LIVE_CATEGORIES)
+    add_case_arguments(p, NON_LIVE_CATEGORIES, skip=True)
     p.add_argument("--model", default="default")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--out", type=Path, default=Path(out))
@@ -200,7 +219,10 @@ def add_peer_arguments(p: argparse.ArgumentParser, out: str) -> None:
 def peer_workload(kind: type[BfclWorkload], args: argparse.Namespace) -> Any:
     """A peer's workload over the cases ``add_peer_arguments`` parsed."""
     categories = tuple(names(args.categories))
-    return kind(args.split, args.cases_per_category, categories, args.max_new_tokens)
+    return kind(
+        args.split, args.cases_per_category, categories, args.max_new_tokens,
+        skip_per_category=args.skip_per_category,
+    )  # fmt: skip
 
 
 def print_summaries(summaries: Sequence[Any], out: Path) -> None:
@@ -213,7 +235,7 @@ def print_summaries(summaries: Sequence[Any], out: Path) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_shared(p, DEFAULTS)
-    add_case_arguments(p, NON_LIVE_CATEGORIES)
+    add_case_arguments(p, NON_LIVE_CATEGORIES, skip=True)
     p.add_argument(
         "--traces-out", type=Path, default=None, help="write the Full-KV run as traces (JSONL)"
     )
@@ -227,7 +249,7 @@ def run(args: argparse.Namespace) -> int:
         traces, args.restart = [], True  # the traces need every Full-KV output: run afresh
     workload = BfclWorkload(
         args.split, args.cases_per_category, tuple(names(args.categories)), args.max_new_tokens,
-        traces=traces,
+        traces=traces, skip_per_category=args.skip_per_category,
     )  # fmt: skip
     code = run_eval(args, workload, module=__spec__.name)
     write_traces(workload, args.traces_out)

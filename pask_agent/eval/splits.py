@@ -164,11 +164,13 @@ def cases_in(
     per_category: int | None = None,
     categories: Sequence[str] = NON_LIVE_CATEGORIES,
     split: BfclSplit | None = None,
+    skip_per_category: int = 0,
 ) -> tuple[BfclCase, ...]:
     """The cases of one partition, category by category in BFCL file order.
 
     ``per_category`` keeps the first n of each category (a fixed prefix, so a smaller run is a
-    subset of a larger one).
+    subset of a larger one); ``skip_per_category`` starts after the first n instead (cases that
+    earlier runs never scored: the test split's first 50 per category have been scored often).
 
     Raises
     ------
@@ -179,6 +181,8 @@ def cases_in(
         raise ConfigError(f"unknown split {partition!r}; use one of {', '.join(PARTITIONS)}")
     if per_category is not None and per_category < 1:
         raise ConfigError(f"cases per category must be >= 1, got {per_category}")
+    if skip_per_category < 0:
+        raise ConfigError(f"cases to skip per category must be >= 0, got {skip_per_category}")
     split = split or load_split_file()
     out: list[BfclCase] = []
     for category in categories:
@@ -186,6 +190,7 @@ def cases_in(
             raise ConfigError(f"category {category!r} is not in the split file")
         wanted = set(split.ids[category][partition])
         picked = [c for c in load_bfcl(category) if c.id in wanted]
+        picked = picked[skip_per_category:]
         out.extend(picked[:per_category] if per_category else picked)
     return tuple(out)
 

@@ -53,6 +53,22 @@ def test_split_file_is_fixed_disjoint_and_schema_closed() -> None:
         load_split_file(Path("/nonexistent/bfcl.json"))
 
 
+def test_cases_no_earlier_run_scored_follow_the_first_n() -> None:
+    seen, unseen = load_split("test", 50), load_split("test", 50, skip=50)
+    assert len(unseen) == 200 and not {c.id for c in seen} & {c.id for c in unseen}
+    # the same order: the first 100 of each category are the two runs, one after the other
+    both = load_split("test", 100)
+    for category in NON_LIVE_CATEGORIES:
+        ids = [c.id for c in both if c.category == category]
+        assert ids == [c.id for c in (*seen, *unseen) if c.category == category]
+    workload = BfclWorkload("test", 50, skip_per_category=50)
+    assert workload.settings()["skip_per_category"] == 50
+    assert "skip_per_category" not in BfclWorkload("test", 50).settings()  # older runs resume
+    assert "after the first 50" in workload.note(200)
+    with pytest.raises(ConfigError, match="skip"):
+        load_split("test", 1, skip=-1)
+
+
 @pytest.mark.slow
 def test_bfcl_smoke_full_and_pask(tmp_path: Path) -> None:
     out = tmp_path / "bfcl_smoke"
