@@ -28,7 +28,7 @@ from pask_agent.grammars.tags import SPAN_LABELS, Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv, RetentionView
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.pask import LabelRules, PaskPolicy
+from pask_agent.policy.pask import HAND_WRITTEN_TABLE_PATH, LabelRules
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.scored import ScoredSession, check_budget, recency, resolve_budget
 from pask_agent.policy.table import PolicyTable
@@ -87,7 +87,7 @@ class LabelReleasePolicy(Policy):
     budget:
         Target total ``B`` when the request names none (1.0: never release).
     table:
-        The table whose prompt priorities rank the labels (the shipped default if None).
+        The table whose prompt priorities rank the labels (the hand-written one if None).
     """
 
     budget: float = 1.0
@@ -103,7 +103,7 @@ class LabelReleasePolicy(Policy):
 
     def start(self, env: PolicyEnv) -> LabelReleaseSession:
         if "rank" not in self._cache:
-            table = PaskPolicy(self.table).resolved_table()
+            table = self.table or PolicyTable.read(HAND_WRITTEN_TABLE_PATH)
             self._cache["rank"] = LabelRules.from_table(table).priority[:, :, 0]
         return LabelReleaseSession(
             env, resolve_budget(env, self.budget), recency, tiered=True, high_ratio=0.0,

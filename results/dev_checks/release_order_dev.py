@@ -1,10 +1,15 @@
-"""pask_release with the hand-written table's label order (names, keys, enum values and the
-request first; types, then descriptions; scaffold and template text last) instead of the shipped
-calibrated table's, on the 200 BFCL dev cases at B = 0.20, beside int4 in the same run.
+"""pask_release with other label orders than the policy's default, on the 200 BFCL dev cases at
+B = 0.20:
 
-    python results/dev_checks/release_order_dev.py
+    python results/dev_checks/release_order_dev.py hand     # the hand-written table's order
+    python results/dev_checks/release_order_dev.py hybrid   # copied values first, format next
 
-Registers the variant under its own name for this run only and hands the rest to bfcl_eval.
+``hand``: names, keys, enum values and the request rank first, then types, descriptions,
+scaffold, template text (the hand-written table's ``R->L`` priorities). ``hybrid``: the same top
+rank, then the scaffold and the template's own text (under ``hand`` answers spelled the forced
+JSON in one-character tokens and ran to the token limit), then types, then descriptions (under
+the calibrated table's order answers lost the enum values they had to copy). Each registers its
+variant under its own name for this run only and hands the rest to bfcl_eval.
 """
 
 from __future__ import annotations
@@ -17,6 +22,25 @@ from pask_agent.policy.label_release import LabelReleasePolicy
 from pask_agent.policy.pask import HAND_WRITTEN_TABLE_PATH
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.table_entries import PrefillEntry
+
+HYBRID = {
+    "protected_content": 3.0, "function_name": 3.0, "parameter_key": 3.0,
+    "enum_constraint": 3.0, "schema_scaffold": 2.0, "template_text": 2.0,
+    "type_constraint": 1.5, "schema_description": 1.0,
+}  # fmt: skip
+
+
+def hybrid_table() -> PolicyTable:
+    hand = PolicyTable.read(HAND_WRITTEN_TABLE_PATH)
+    prefill = {}
+    for label, rank in HYBRID.items():
+        entries = hand.prefill.get(label) or hand.prefill_default
+        prefill[label] = [
+            PrefillEntry(base=e.base, floor=e.floor, priority={"R->L": rank, "L->H": 0.0})
+            for e in entries
+        ]
+    return hand.model_copy(update={"prefill": prefill})
 
 
 @register_policy("pask_release_hand")
@@ -30,12 +54,25 @@ class HandOrderRelease(LabelReleasePolicy):
             object.__setattr__(self, "table", PolicyTable.read(HAND_WRITTEN_TABLE_PATH))
 
 
+@register_policy("pask_release_hybrid")
+@dataclass(frozen=True)
+class HybridOrderRelease(LabelReleasePolicy):
+    name = "pask_release_hybrid"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.table is None:
+            object.__setattr__(self, "table", hybrid_table())
+
+
 if __name__ == "__main__":
+    variant = sys.argv[1] if len(sys.argv) > 1 else "hand"
     sys.exit(
         bfcl_eval.main(
             [
-                "--split", "dev", "--policies", "pask_release_hand", "--budgets", "0.20",
-                "--reference", "none", "--out", "results/dev_checks/bfcl_dev_b020_release_hand",
+                "--split", "dev", "--policies", f"pask_release_{variant}", "--budgets", "0.20",
+                "--reference", "none",
+                "--out", f"results/dev_checks/bfcl_dev_b020_release_{variant}",
             ]
         )
     )  # fmt: skip
