@@ -84,13 +84,16 @@ def get_weather(city: str, unit: str = "celsius") -> str:
 
 
 def test_end_to_end_on_smollm2_the_budget_holds_and_the_answer_is_kept(smollm2) -> None:
+    # At B = 0.15 most of the prompt's scaffold and template text is gone and SmolLM2 spells the
+    # grammar's forced JSON in one-character tokens (`n`, `am`, `e` for `name`): 33 tokens for
+    # this call, so the answer gets 64 (the weakness the dev runs show as answers at the limit).
     question = [{"role": "user", "content": "What is the weather in Oslo, in fahrenheit?"}]
 
     async def main() -> tuple[Any, list[np.ndarray], int]:
         async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
             conv = rt.conversation("release")
             result = await rt.chat(
-                question, tools=[get_weather], tool_choice="required", max_new_tokens=32,
+                question, tools=[get_weather], tool_choice="required", max_new_tokens=64,
                 policy=LabelReleasePolicy(), budget=0.15, parallel_tool_calls=False,
                 conversation=conv,
             )  # fmt: skip
