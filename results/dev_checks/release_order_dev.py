@@ -43,36 +43,30 @@ def hybrid_table() -> PolicyTable:
     return hand.model_copy(update={"prefill": prefill})
 
 
-@register_policy("pask_release_hand")
-@dataclass(frozen=True)
-class HandOrderRelease(LabelReleasePolicy):
-    name = "pask_release_hand"
+def variant(name: str, table: PolicyTable) -> None:
+    """Register ``pask_release`` over ``table`` as ``name`` (for this run only)."""
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.table is None:
-            object.__setattr__(self, "table", PolicyTable.read(HAND_WRITTEN_TABLE_PATH))
+    @dataclass(frozen=True)
+    class Variant(LabelReleasePolicy):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.table is None:
+                object.__setattr__(self, "table", table)
 
-
-@register_policy("pask_release_hybrid")
-@dataclass(frozen=True)
-class HybridOrderRelease(LabelReleasePolicy):
-    name = "pask_release_hybrid"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.table is None:
-            object.__setattr__(self, "table", hybrid_table())
+    Variant.name = name
+    register_policy(name)(Variant)
 
 
 if __name__ == "__main__":
-    variant = sys.argv[1] if len(sys.argv) > 1 else "hand"
+    order = sys.argv[1] if len(sys.argv) > 1 else "hand"
+    hand = PolicyTable.read(HAND_WRITTEN_TABLE_PATH)
+    variant(f"pask_release_{order}", hand if order == "hand" else hybrid_table())
     sys.exit(
         bfcl_eval.main(
             [
-                "--split", "dev", "--policies", f"pask_release_{variant}", "--budgets", "0.20",
+                "--split", "dev", "--policies", f"pask_release_{order}", "--budgets", "0.20",
                 "--reference", "none",
-                "--out", f"results/dev_checks/bfcl_dev_b020_release_{variant}",
+                "--out", f"results/dev_checks/bfcl_dev_b020_release_{order}",
             ]
         )
     )  # fmt: skip
