@@ -19,62 +19,53 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
-from pask_agent.policy.actions import Action
-from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv, RetentionView
-from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.base import Actions, Policy, PolicyEnv, RetentionView
 from pask_agent.policy.pask import HAND_WRITTEN_TABLE_PATH, LabelRules
 from pask_agent.policy.registry import register_policy
-from pask_agent.policy.scored import ScoredSession, check_budget, recency, resolve_budget
+from pask_agent.policy.scored import check_budget, recency, resolve_budget
 from pask_agent.policy.table import PolicyTable
+from pask_agent.policy.uniform import Int4Session
 
-_INT4: Actions = (Action.L, Action.L, Action.L)
 _LABEL_INDEX = {label: i for i, label in enumerate(SPAN_LABELS)}
 
 
 @dataclass
-class LabelReleaseSession(ScoredSession):
-    """INT4 everywhere; over ``B``, the lowest-ranked settled tokens are released."""
+class LabelReleaseSession(Int4Session):
+    """``int4``'s session (INT4 everywhere, a tiered fit to ``B`` after each step) ranked by
+    span label instead of age."""
 
     label_rank: np.ndarray = field(default_factory=lambda: np.zeros((len(SPAN_LABELS), 3)))
-    ranks: list[np.ndarray] = field(default_factory=list)  # per group: [positions so far]
+    prompt_rank: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # [n, group]
+    answer_tokens: int = 0
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         """Every prompt token INT4; its rank comes from its label (the whole prompt is
         planned each turn, so the ranks restart from position 0)."""
         index = np.array([_LABEL_INDEX.get(x, -1) for x in labels], dtype=np.int64)
         fallback = self.label_rank.min(axis=0)  # a label the table lacks goes first
-        rows = np.where(index[:, None] >= 0, self.label_rank[np.maximum(index, 0)], fallback)
-        self.ranks = [rows[:, g].copy() for g in range(3)]
-        return [_INT4] * len(labels)
+        self.prompt_rank = np.where(
+            index[:, None] >= 0, self.label_rank[np.maximum(index, 0)], fallback
+        )
+        self.answer_tokens = 0
+        return super().plan_prefill(labels)
 
     def on_token(self, tag: Tag | None, *, is_stop: bool = False) -> Actions:
-        answer = self.label_rank.max() + 1.0  # above every prompt label
-        self.ranks = [np.append(r, answer) for r in self.ranks]
-        return _INT4
+        self.answer_tokens += 1
+        return super().on_token(tag, is_stop=is_stop)
 
     def rank(self, view: RetentionView, group: int) -> np.ndarray:
-        """``[length]``: each position's label rank (positions the session has not seen, if
-        any, rank with the lowest label)."""
+        """``[length]``: the prompt's label ranks, then the answer above every label
+        (positions the session has not seen, if any, rank with the lowest label)."""
         out = np.full(view.length, float(self.label_rank.min()), dtype=np.float64)
-        if self.ranks:
-            n = min(len(self.ranks[group]), view.length)
-            out[:n] = self.ranks[group][:n]
+        n = min(len(self.prompt_rank), view.length)
+        out[:n] = self.prompt_rank[:n, group]
+        out[n : min(n + self.answer_tokens, view.length)] = self.label_rank.max() + 1.0
         return out
-
-    def decode_demand(self, costs: PayloadCosts) -> DecodeDemand:
-        """An INT4 row per generated token (a release only ever frees one)."""
-        cost = costs.token_cost(_INT4)
-        return DecodeDemand(
-            Fraction(cost),
-            cost,
-            row_shares=((0.0,) * 3, (1.0,) * 3),  # type: ignore[arg-type]
-        )
 
 
 @register_policy("pask_release")
