@@ -64,6 +64,32 @@ def test_the_lowest_ranked_labels_go_first_and_the_answer_last() -> None:
     assert set(range(SINKS, 60)) <= _released(int4.revise(view), 0)
 
 
+def test_the_template_after_the_definitions_outlasts_the_scaffold() -> None:
+    # header template, a tool definition, then the call-format paragraph and role markers
+    labels = (
+        ["template_text"] * 40 + ["schema_scaffold"] * 60 + ["schema_description"] * 40
+        + ["type_constraint"] * 10 + ["schema_scaffold"] * 10 + ["template_text"] * 30
+        + ["protected_content"] * 30
+    )  # fmt: skip
+    header, tail = set(range(SINKS, 40)), set(range(160, 190))
+    scaffold = set(range(40, 100)) | set(range(150, 160))
+    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.22))
+    session.plan_prefill(labels)
+    for _ in range(10):
+        session.on_token(None)
+    view = _view(230)
+    out = session.revise(view)
+    for g in range(3):
+        released = _released(out, g)
+        assert header <= released and tail.isdisjoint(released)
+        assert scaffold & released, "the scaffold goes before the tail"
+        rank = session.rank(view, g)
+        assert rank[40] < rank[170] < rank[110]  # scaffold < tail < descriptions
+    # without definitions nothing is a tail: template text ranks as template text
+    session.plan_prefill(["template_text"] * 20 + ["protected_content"] * 20)
+    assert session.prompt_rank[0, 0] == session.prompt_rank[19, 0] < session.prompt_rank[20, 0]
+
+
 def test_within_budget_nothing_moves_and_bad_budgets_are_refused() -> None:
     session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.5))
     session.plan_prefill(["protected_content"] * 100)
