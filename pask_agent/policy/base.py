@@ -129,12 +129,17 @@ class StagePlan:
     plan_budget:
         The total budget the table's prompt plan was calibrated for: the asked ``B``, or the
         next stricter budget a table with several plans has (``PolicyTable.at_budget``).
+    mode:
+        ``"plan"``: the prompt was planned at ``B_P``; ``"release"``: nothing was planned, every
+        token is INT4 and settled prompt tokens are released by label after each step to hold
+        ``B`` (``policy/label_release.py``; ``pask`` below INT4's cost).
     """
 
     budget_prompt: float
     budget_decode: float
     floor_breach_bytes: int = 0
     plan_budget: float | None = None
+    mode: str = "plan"
 
 
 class PolicySession(Protocol):
@@ -156,7 +161,9 @@ class Policy:
     needs_tags: ClassVar[bool] = False  # wants structural tags from a tagger
     needs_labels: ClassVar[bool] = False  # wants prompt span labels
     needs_scores: ClassVar[bool] = False  # wants attention mass per key (computed in attention)
-    revises: ClassVar[bool] = False  # its session has revise(view) -> Sequence[Demotion]
+    # Its sessions revise: ``revise(view) -> Sequence[Demotion]`` after each step. The engine
+    # asks the session (``session_revises``): ``pask``'s do only below INT4's cost.
+    revises: ClassVar[bool] = False
     observation_tokens: ClassVar[int] = 0  # last prompt tokens run as their own chunk (SnapKV)
     # May store a token INT4 (``L``): the store then keeps this policy's keys centered
     # (``runtime/models/key_offsets.py``) so INT4 rows are not scaled by a shared channel offset.
@@ -164,6 +171,11 @@ class Policy:
 
     def start(self, env: PolicyEnv) -> PolicySession:
         raise NotImplementedError
+
+
+def session_revises(session: object) -> bool:
+    """Whether the engine revises this session's rows after each step (it has ``revise``)."""
+    return callable(getattr(session, "revise", None))
 
 
 @dataclass(frozen=True, slots=True)

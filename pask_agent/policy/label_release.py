@@ -1,4 +1,5 @@
-"""``pask_release``: below INT4's cost, release prompt tokens in the order of their span labels.
+"""Below INT4's cost, release prompt tokens in the order of their span labels: how ``pask``
+serves such budgets, and ``pask_release``, that mode under its own name at every budget.
 
 Uniform INT4 (``int4``) costs about 0.27 of Full KV; a budget under that must *release* tokens,
 and then which tokens go is the whole game. ``int4`` releases the oldest first: it has nothing
@@ -18,9 +19,13 @@ spelled the forced JSON in one-character tokens and ran to the token limit (13 a
 this rule; 55.0 % → 56.5 %, ``results/dev_checks/``).
 
 It differs from ``int4`` in one thing, the ranking, so the difference between the two is the
-labels' doing; and from ``pask`` in that nothing is planned at prefill: the prompt is cut as
-the answer grows, so the cut is sized by the real answer, not the expected one, and every
-step ends within ``B`` (``ScoredSession``'s tiered fit, per layer group).
+labels' doing; and from ``pask``'s table plan in that nothing is planned at prefill: the prompt
+is cut as the answer grows, so the cut is sized by the real answer, not the expected one, and
+every step ends within ``B`` (``ScoredSession``'s tiered fit, per layer group). ``pask`` serves
+a budget below ``PayloadCosts.int4_share`` (INT4's bytes over BF16's per token, 0.266 on the
+default model) this way: there its table plan released what answers needed (dev, ``B = 0.20``:
+42.5 % against 56.5 % here). The order is the hand-written table's label priorities, chosen on
+dev over the shipped table's, which were selected for upgrades at ``B = 0.33`` (53.0 %).
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from pask_agent.grammars.tags import SPAN_LABELS, Tag
-from pask_agent.policy.base import Actions, Policy, PolicyEnv, RetentionView
-from pask_agent.policy.pask import HAND_WRITTEN_TABLE_PATH, LabelRules
+from pask_agent.policy.base import Actions, Policy, PolicyEnv, RetentionView, StagePlan
+from pask_agent.policy.default_table import HAND_WRITTEN_TABLE_PATH
+from pask_agent.policy.label_rules import LabelRules
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.scored import check_budget, recency, resolve_budget
 from pask_agent.policy.table import PolicyTable
@@ -44,6 +50,14 @@ _TEMPLATE = _LABEL_INDEX["template_text"]
 _SCAFFOLD = _LABEL_INDEX["schema_scaffold"]
 # Labels only tool (or table) definitions carry: where the last one is, the definitions end.
 _DEFINITION = np.array([_LABEL_INDEX["type_constraint"], _LABEL_INDEX["schema_description"]])
+
+
+def release_order(table: PolicyTable | None = None) -> np.ndarray:
+    """``[label, group]`` release ranks (lowest goes first): ``table``'s ``R→L`` priorities,
+    the hand-written table's when None."""
+    return LabelRules.from_table(table or PolicyTable.read(HAND_WRITTEN_TABLE_PATH)).priority[
+        :, :, 0
+    ]
 
 
 def tail_rank(label_rank: np.ndarray) -> np.ndarray:
@@ -74,6 +88,17 @@ class LabelReleaseSession(Int4Session):
     label_rank: np.ndarray = field(default_factory=lambda: np.zeros((len(SPAN_LABELS), 3)))
     prompt_rank: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # [n, group]
     answer_tokens: int = 0
+
+    @classmethod
+    def open(cls, env: PolicyEnv, budget: float, label_rank: np.ndarray) -> LabelReleaseSession:
+        """A session holding ``budget`` (INT4 kept, no high tier) ranked by ``label_rank``."""
+        return cls(env, budget, recency, tiered=True, high_ratio=0.0, label_rank=label_rank)
+
+    @property
+    def stage_plan(self) -> StagePlan:
+        """What ``usage`` reports: one total ``B`` for prompt and answer alike (no stage split:
+        the answer outranks the prompt), served by release."""
+        return StagePlan(self.budget, self.budget, mode="release")
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         """Every prompt token INT4; its rank comes from its label (the whole prompt is
@@ -123,9 +148,5 @@ class LabelReleasePolicy(Policy):
 
     def start(self, env: PolicyEnv) -> LabelReleaseSession:
         if "rank" not in self._cache:
-            table = self.table or PolicyTable.read(HAND_WRITTEN_TABLE_PATH)
-            self._cache["rank"] = LabelRules.from_table(table).priority[:, :, 0]
-        return LabelReleaseSession(
-            env, resolve_budget(env, self.budget), recency, tiered=True, high_ratio=0.0,
-            label_rank=self._cache["rank"],
-        )  # fmt: skip
+            self._cache["rank"] = release_order(self.table)
+        return LabelReleaseSession.open(env, resolve_budget(env, self.budget), self._cache["rank"])

@@ -17,6 +17,13 @@ would take the request past ``B + BUDGET_TOLERANCE`` (``policy/ceiling.py``). Be
 ceiling the prompt was planned for the longest answer the request allowed, which released
 schema tokens for answers that almost never came.
 
+Below INT4's cost (``PayloadCosts.int4_share``, 0.266 of Full KV on the default model) even
+uniform INT4 does not fit, tokens must go, and the table's plans (selected for upgrades at
+``B = 0.33``) released what answers needed: at ``B = 0.20`` on BFCL dev PASK's plan scored
+42.5 %, below uniform ``int4``'s 46.0 %. There ``pask`` keeps every token INT4 and releases
+settled prompt tokens by span label after each step instead (``policy/label_release.py``:
+56.5 %); ``usage.plan_mode`` says ``"release"``.
+
 Free text (no grammar, so no tags) gets the table's default bucket, which keeps every token
 BF16: a 64-token prose answer took a 512-token request to B 0.39 at a target of 0.33 (the
 serving bench). Its answer is held by a ceiling at ``B`` itself: prose has no structure the
@@ -32,45 +39,22 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
-from pask_agent.grammars.tags import SPAN_LABELS, Tag
+from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Actions, DecodeDemand, Policy, PolicyEnv, StagePlan
 from pask_agent.policy.ceiling import AnswerCeiling
 from pask_agent.policy.controller import DecodeController, DecodeLookup
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.default_table import DEFAULT_TABLE_PATH, HAND_WRITTEN_TABLE_PATH
+from pask_agent.policy.label_release import LabelReleaseSession, release_order
 from pask_agent.policy.ledger import as_fraction
 from pask_agent.policy.planner import PrefillPlan, PrefillPlanner
 from pask_agent.policy.registry import register_policy
 from pask_agent.policy.scored import check_budget
 from pask_agent.policy.stages import StageBudgets, solve_stage_budgets
 from pask_agent.policy.table import PolicyTable
-from pask_agent.policy.table_entries import NUM_GROUPS
 
 BUDGET_TOLERANCE = Fraction(3, 100)  # how far over B an unmeasured answer may take a request
-
-
-@dataclass(frozen=True, slots=True)
-class LabelRules:
-    """Per span label and layer group: the floor and the priorities of R→L and L→H."""
-
-    floor: np.ndarray  # int8 [labels, g]
-    priority: np.ndarray  # float [labels, g, 2]
-
-    @classmethod
-    def from_table(cls, table: PolicyTable) -> LabelRules:
-        floor = np.zeros((len(SPAN_LABELS), NUM_GROUPS), np.int8)
-        priority = np.zeros((len(SPAN_LABELS), NUM_GROUPS, 2))
-        for i, label in enumerate(SPAN_LABELS):
-            entries = table.prefill.get(label)
-            if entries is None and label in table.prefill_fallback:
-                entries = table.prefill[table.prefill_fallback[label]]
-            for c, e in enumerate(entries or table.prefill_default):
-                floor[i, c] = Action.parse(e.floor)
-                priority[i, c] = (e.priority["R->L"], e.priority["L->H"])
-        return cls(floor, priority)
 
 
 @dataclass
@@ -247,6 +231,15 @@ class PaskPolicy(Policy):
             off), the shipped table file is unreadable or corrupt, or the table has plans for
             several budgets and none at or below ``env.budget`` (``PolicyTable.at_budget``).
         """
+        table = self._checked_table(env)
+        if env is not None and table.plans:
+            budget = table_budget(table, env.budget)
+            if ("plan", budget) not in self._lookup:
+                self._lookup[("plan", budget)] = table.at_budget(budget)
+            table = self._lookup[("plan", budget)]
+        return table
+
+    def _checked_table(self, env: PolicyEnv | None) -> PolicyTable:
         if "table" not in self._lookup:
             self._lookup["table"] = self.table or PolicyTable.read(self.default_table_path)
         table: PolicyTable = self._lookup["table"]
@@ -257,14 +250,16 @@ class PaskPolicy(Policy):
                     model_id=env.model_id or table.model_id, tokenizer_hash=env.tokenizer_hash
                 )
                 self._lookup[key] = True
-        if env is not None and table.plans:
-            budget = table_budget(table, env.budget)
-            if ("plan", budget) not in self._lookup:
-                self._lookup[("plan", budget)] = table.at_budget(budget)
-            table = self._lookup[("plan", budget)]
         return table
 
-    def start(self, env: PolicyEnv) -> PaskSession:
+    def start(self, env: PolicyEnv) -> PaskSession | LabelReleaseSession:
+        """The table's plan; below INT4's cost (``PayloadCosts.int4_share``), release by span
+        label: no plan of the table's fits there without releasing what answers need."""
+        total = table_budget(self._checked_table(env), env.budget)
+        if total < env.costs.int4_share:
+            if "release" not in self._lookup:
+                self._lookup["release"] = release_order()
+            return LabelReleaseSession.open(env, total, self._lookup["release"])
         table = self.resolved_table(env)
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)

@@ -28,7 +28,8 @@ import numpy as np
 from pask_agent.errors import ConfigError
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Policy, PolicyEnv
-from pask_agent.policy.pask import LabelRules, PaskPolicy, session_parts
+from pask_agent.policy.label_rules import LabelRules
+from pask_agent.policy.pask import PaskPolicy, session_parts
 from pask_agent.policy.planner import PrefillPlan, PrefillPlanner
 from pask_agent.policy.position import PositionSession, position_lookup
 from pask_agent.policy.registry import register_policy

@@ -29,7 +29,7 @@ import torch
 
 from pask_agent.errors import PaskError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.policy.base import PolicySession
+from pask_agent.policy.base import PolicySession, session_revises
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.limits import check_context, check_kv_capacity
@@ -318,7 +318,7 @@ class Engine:
         self.store.end_step(step)
         logits = self._join(batch, logits)
         for r, ready in batch:
-            if r.policy.revises and ready:
+            if ready and session_revises(r.state.session):
                 done, scores = r.prefill_pos >= len(r.prompt_ids), r.policy.needs_scores
                 revise(
                     self.store,

@@ -15,7 +15,7 @@ import torch
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.policy.base import Policy, PolicySession
+from pask_agent.policy.base import Policy, PolicySession, session_revises
 from pask_agent.runtime.turns.constraint import Constraint, OutputSpec
 from pask_agent.runtime.turns.results import Delta, Finished
 
@@ -91,7 +91,10 @@ class Request:
         question, samples of one prompt): same tokens, same plan, ``q`` prefilled from
         nothing and still prefilling. Not for policies that revise by attention: their rows
         follow scores each sequence gathers itself."""
-        revising = self.policy.revises or self.policy.needs_scores or q.policy.revises
+        revising = (
+            session_revises(self.state.session) or self.policy.needs_scores
+            or session_revises(q.state.session)
+        )  # fmt: skip
         return (
             not revising and q.leader is None and not q.reused
             and q.prefill_pos < len(q.prompt_ids) and q.prompt_ids == self.prompt_ids

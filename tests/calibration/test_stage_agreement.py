@@ -2,6 +2,7 @@
 item 1): for the same prompt and budget, the ``B_P`` calibration's prompt candidates are
 replayed at (``calibrate.selection_prompt_budgets``) is the ``B_P`` the runtime's PASK session
 plans (``usage.planned_b_prompt``), and decoding is planned at ``max(B_D, min(INT4's cost, B))``.
+Below INT4's cost no plan serves (PASK releases by span label, ``usage.plan_mode``).
 
 SmolLM2-135M, two traces recorded by the runtime itself, the shipped table (transferred: its
 budgets and expected answer length are what is being checked, not its buckets).
@@ -57,7 +58,7 @@ def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> No
     config = CalibrationConfig(
         traces=(traces,), dev=(traces,), out=traces.with_suffix(".json"), sinks=4, window=WINDOW
     )
-    budgets = (0.2, 0.33)
+    budgets = (0.27, 0.33)  # both at or above INT4's cost (0.266): the plan serves
     cfg = smollm2.model.config
     head_dim = cfg.hidden_size // cfg.num_attention_heads
     costs = PayloadCosts.from_dims(cfg.num_hidden_layers, cfg.num_key_value_heads, head_dim)
@@ -71,6 +72,11 @@ def test_calibration_selects_at_the_b_p_the_runtime_plans(smollm2, traces) -> No
         policy = PaskPolicy(table, allow_transfer=True)
         out: dict[float, list[Any]] = {b: [] for b in budgets}
         async with Runtime.open(smollm2, config=RuntimeConfig(sinks=4, window=WINDOW)) as rt:
+            below = await rt.chat(
+                list(dev[0].messages), tools=list(dev[0].tools), policy=policy, budget=0.2,
+                tool_choice=dev[0].tool_choice, max_new_tokens=24,
+            )  # fmt: skip
+            assert below.usage.plan_mode == "release" and below.usage.measured_b <= 0.2 + 1e-9
             for b in budgets:
                 for t in dev:
                     result = await rt.chat(

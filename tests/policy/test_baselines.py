@@ -33,7 +33,8 @@ from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy import POLICIES, PolicyEnv, RetentionView, get_policy
 from pask_agent.policy.actions import Action
 from pask_agent.policy.costs import PayloadCosts
-from pask_agent.policy.pask import LabelRules, PaskPolicy
+from pask_agent.policy.label_rules import LabelRules
+from pask_agent.policy.pask import PaskPolicy
 from pask_agent.policy.position import PositionPolicy, bin_rule
 from pask_agent.policy.position_both import PositionBothPolicy, prompt_bin_arrays
 from pask_agent.policy.scored import ScoredSession, accumulated_mass, recency

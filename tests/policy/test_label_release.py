@@ -14,10 +14,12 @@ import anyio
 import numpy as np
 import pytest
 
-from pask_agent.policy import Int4Policy, LabelReleasePolicy, PolicyEnv
+from pask_agent.policy import Int4Policy, LabelReleasePolicy, PaskPolicy, PolicyEnv
 from pask_agent.policy.actions import Action
-from pask_agent.policy.base import RetentionView
+from pask_agent.policy.base import RetentionView, session_revises
 from pask_agent.policy.costs import PayloadCosts
+from pask_agent.policy.label_release import LabelReleaseSession
+from pask_agent.policy.pask import PaskSession
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
 
@@ -135,3 +137,41 @@ def test_end_to_end_on_smollm2_the_budget_holds_and_the_answer_is_kept(smollm2) 
         # every answer token is still held: only prompt tokens were released
         assert set(range(u.prompt_tokens, n)) <= set(positions.tolist())
         assert len(positions) < n
+
+
+def test_pask_releases_by_label_below_int4s_cost_and_plans_above() -> None:
+    # INT4 costs 17/64 = 0.266 of BF16 here: below it PASK's session is the release session,
+    # ranked in pask_release's order; at it and above, the table's plan.
+    env = PolicyEnv(COSTS, SINKS, WINDOW, 0.26)
+    low = PaskPolicy().start(env)
+    assert isinstance(low, LabelReleaseSession)
+    assert np.array_equal(low.label_rank, LabelReleasePolicy().start(env).label_rank)
+    assert low.stage_plan.mode == "release" and low.stage_plan.budget_prompt == 0.26
+    high = PaskPolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, float(COSTS.int4_share)))
+    assert isinstance(high, PaskSession) and not session_revises(high)
+    assert session_revises(low)
+
+
+def test_pask_below_int4s_cost_end_to_end_on_smollm2(smollm2) -> None:
+    # the shipped table belongs to the default model; its release order needs only labels
+    question = [{"role": "user", "content": "What is the weather in Oslo, in fahrenheit?"}]
+
+    async def main() -> list[Any]:
+        async with Runtime.open(smollm2, config=RuntimeConfig(window=WINDOW)) as rt:
+            return [
+                await rt.chat(
+                    question,
+                    tools=[get_weather],
+                    tool_choice="required",
+                    max_new_tokens=64,
+                    policy=PaskPolicy(allow_transfer=True),
+                    budget=b,
+                    parallel_tool_calls=False,
+                )  # fmt: skip
+                for b in (0.15, 0.33)
+            ]
+
+    low, high = anyio.run(main)
+    assert low.usage.plan_mode == "release" and low.usage.measured_b <= 0.15 + 1e-9
+    assert low.tool_calls and low.tool_calls[0].name == "get_weather"
+    assert high.usage.plan_mode == "plan" and high.usage.planned_b_prompt is not None

@@ -129,7 +129,7 @@ def test_max_new_tokens_caps_the_answer_the_prompt_is_planned_for(table, small_c
 
 def test_floors_the_budget_cannot_hold_are_released_and_reported(table, small_costs) -> None:
     labels = [PC] + [FN] * 58 + [PC]
-    session = _session(table, small_costs, 0.2)
+    session = _session(table, small_costs, 0.4)  # planned: INT4 costs 0.375 here
     plan = session.plan_prefill(labels)
     kept = sum(small_costs.token_cost(row) for row in plan)
     stages = session.stages
@@ -178,20 +178,21 @@ def _planned(table, budget: float, small_costs) -> tuple[list, object]:
 def test_a_table_with_several_plans_serves_each_budget_its_own_or_the_next_stricter(
     table, small_costs, entries
 ) -> None:
-    """Issue 30 item 2: one table, a prompt plan per calibrated budget. The 0.2 plan keeps
-    function names only INT4; the 0.5 plan keeps them BF16; a request at 0.3 gets the 0.2 plan
-    (the next stricter), and ``usage``'s ``plan_budget`` says which plan served."""
+    """Issue 30 item 2: one table, a prompt plan per calibrated budget. The 0.4 plan keeps
+    function names only INT4; the 0.6 plan keeps them BF16; a request at 0.5 gets the 0.4 plan
+    (the next stricter), and ``usage``'s ``plan_budget`` says which plan served. (These costs
+    put INT4 at 0.375 of BF16; below that no plan serves: ``test_below_int4s_cost...``.)"""
     strict = {FN: entries.prefill("L", "L", 0.0, 0.0), PC: entries.prefill("R", "R", 1, 1)}
     plans = [
         BudgetPlan(
-            budget_total=0.2,
-            budget_prefill=0.15,
+            budget_total=0.4,
+            budget_prefill=0.38,
             prefill=strict,
             prefill_default=strict[PC],
             choice="strict",
         ),
         BudgetPlan(
-            budget_total=0.5,
+            budget_total=0.6,
             budget_prefill=table.budget_prefill,
             prefill=table.prefill,
             prefill_default=table.prefill_default,
@@ -199,16 +200,16 @@ def test_a_table_with_several_plans_serves_each_budget_its_own_or_the_next_stric
         ),
     ]
     multi = table.model_copy(update={"plans": plans})
-    loose, at_half = _planned(multi, 0.5, small_costs)
-    assert at_half.plan_budget == 0.5 and loose[1:10] == [H] * 9
-    picked, at_03 = _planned(multi, 0.3, small_costs)
+    loose, at_high = _planned(multi, 0.6, small_costs)
+    assert at_high.plan_budget == 0.6 and loose[1:10] == [H] * 9
+    picked, at_half = _planned(multi, 0.5, small_costs)
     only_strict = table.model_copy(update={"prefill": strict, "prefill_default": strict[PC]})
-    only_loose, _ = _planned(table, 0.3, small_costs)
-    assert at_03.plan_budget == 0.2 and picked == _planned(only_strict, 0.3, small_costs)[0]
+    only_loose, _ = _planned(table, 0.5, small_costs)
+    assert at_half.plan_budget == 0.4 and picked == _planned(only_strict, 0.5, small_costs)[0]
     assert picked != only_loose
-    assert at_03.budget_prompt > 0.2  # the plan is the stricter one; B is still the asked 0.3
-    with pytest.raises(PolicyTableError, match="no plan for budget 0.1"):
-        _session(multi, small_costs, 0.1)
+    assert at_half.budget_prompt > 0.4  # the plan is the stricter one; B is still the asked 0.5
+    with pytest.raises(PolicyTableError, match="no plan for budget 0.38"):
+        _session(multi, small_costs, 0.38)
     # the plans survive a save and load, checksum and all; a table without plans has no key
     again = PolicyTable.from_json(multi.to_json())
     assert again.plans == multi.plans and '"plans"' not in table.to_json()

@@ -46,6 +46,9 @@ class Usage:
     # the total budget whose calibrated prompt plan served: the asked B or, for a table with
     # plans for several budgets, the next stricter one it has (None: no table)
     plan_budget: float | None = None
+    # how the policy held B: "plan" (a prompt plan at planned_b_prompt) or "release" (every
+    # token INT4, prompt tokens released by span label after each step: pask below INT4's cost)
+    plan_mode: str | None = None
     # Bytes moved after the plan, by the two mechanisms that do it: answer tokens the answer
     # ceiling (policy/ceiling.py) stored INT4 where the table kept them BF16, and pool rows
     # (one token in one layer group) the request shed when it outgrew its reservation with no

@@ -72,6 +72,7 @@ def chat_result(f: Finished, spec: OutputSpec) -> ChatResult:
         planned_b_decode=None if f.stages is None else f.stages.budget_decode,
         floor_breach_bytes=0 if f.stages is None else f.stages.floor_breach_bytes,
         plan_budget=None if f.stages is None else f.stages.plan_budget,
+        plan_mode=None if f.stages is None else f.stages.mode,
         ceiling_fallback_tokens=f.ceiling_fallback_tokens,
         shed_fallback_rows=f.shed_fallback_rows,
     )
