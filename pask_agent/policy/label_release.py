@@ -41,7 +41,7 @@ from pask_agent.policy.base import Actions, Policy, PolicyEnv, RetentionView, St
 from pask_agent.policy.default_table import HAND_WRITTEN_TABLE_PATH
 from pask_agent.policy.label_rules import LabelRules
 from pask_agent.policy.registry import register_policy
-from pask_agent.policy.scored import check_budget, recency, resolve_budget
+from pask_agent.policy.scored import check_budget, resolve_budget
 from pask_agent.policy.table import PolicyTable
 from pask_agent.policy.uniform import Int4Session
 
@@ -55,9 +55,8 @@ _DEFINITION = np.array([_LABEL_INDEX["type_constraint"], _LABEL_INDEX["schema_de
 def release_order(table: PolicyTable | None = None) -> np.ndarray:
     """``[label, group]`` release ranks (lowest goes first): ``table``'s ``R→L`` priorities,
     the hand-written table's when None."""
-    return LabelRules.from_table(table or PolicyTable.read(HAND_WRITTEN_TABLE_PATH)).priority[
-        :, :, 0
-    ]
+    rules = LabelRules.from_table(table or PolicyTable.read(HAND_WRITTEN_TABLE_PATH))
+    return rules.priority[:, :, 0]
 
 
 def tail_rank(label_rank: np.ndarray) -> np.ndarray:
@@ -88,11 +87,6 @@ class LabelReleaseSession(Int4Session):
     label_rank: np.ndarray = field(default_factory=lambda: np.zeros((len(SPAN_LABELS), 3)))
     prompt_rank: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # [n, group]
     answer_tokens: int = 0
-
-    @classmethod
-    def open(cls, env: PolicyEnv, budget: float, label_rank: np.ndarray) -> LabelReleaseSession:
-        """A session holding ``budget`` (INT4 kept, no high tier) ranked by ``label_rank``."""
-        return cls(env, budget, recency, tiered=True, high_ratio=0.0, label_rank=label_rank)
 
     @property
     def stage_plan(self) -> StagePlan:
@@ -149,4 +143,5 @@ class LabelReleasePolicy(Policy):
     def start(self, env: PolicyEnv) -> LabelReleaseSession:
         if "rank" not in self._cache:
             self._cache["rank"] = release_order(self.table)
-        return LabelReleaseSession.open(env, resolve_budget(env, self.budget), self._cache["rank"])
+        budget = resolve_budget(env, self.budget)
+        return LabelReleaseSession.open(env, budget, label_rank=self._cache["rank"])

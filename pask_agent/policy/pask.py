@@ -259,7 +259,7 @@ class PaskPolicy(Policy):
         if total < env.costs.int4_share:
             if "release" not in self._lookup:
                 self._lookup["release"] = release_order()
-            return LabelReleaseSession.open(env, total, self._lookup["release"])
+            return LabelReleaseSession.open(env, total, label_rank=self._lookup["release"])
         table = self.resolved_table(env)
         if "decode" not in self._lookup:
             self._lookup["decode"] = DecodeLookup.from_table(table)

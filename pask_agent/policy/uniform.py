@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Self
 
 from pask_agent.grammars.tags import Tag
 from pask_agent.policy.actions import Action
@@ -49,7 +50,13 @@ class UniformPolicy(Policy):
 
 @dataclass
 class Int4Session(ScoredSession):
-    """Every token INT4 once it leaves the window; the oldest released when over ``B``."""
+    """Every token INT4 once it leaves the window; the lowest-ranked (here: the oldest)
+    released when over ``B``."""
+
+    @classmethod
+    def open(cls, env: PolicyEnv, budget: float, **fields: Any) -> Self:
+        """A session holding ``budget`` with INT4 rows only (no high tier)."""
+        return cls(env, budget, recency, tiered=True, high_ratio=0.0, **fields)
 
     def plan_prefill(self, labels: Sequence[str]) -> Sequence[Actions]:
         return _INT4.plan_prefill(labels)
@@ -84,4 +91,4 @@ class Int4Policy(Policy):
 
     def start(self, env: PolicyEnv) -> Int4Session:
         b = resolve_budget(env, self.budget)
-        return Int4Session(env, b, recency, tiered=True, high_ratio=0.0)
+        return Int4Session.open(env, b)
