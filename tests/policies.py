@@ -14,11 +14,14 @@ from pask_agent.policy import (
     H2OPolicy,
     HandWrittenPaskPolicy,
     Int4Policy,
+    KeyDiffPolicy,
     LabelReleasePolicy,
     MiKVPolicy,
     PaskPolicy,
     PositionBothPolicy,
     PositionPolicy,
+    RKVPolicy,
+    SnapKVInt4Policy,
     SnapKVPolicy,
     StreamingPolicy,
 )
@@ -58,6 +61,16 @@ ALL_POLICIES: list[PolicyCase] = [
     PolicyCase(Int4Policy, holds_budget=False, full_at_one=False),
     # INT4 like int4; below its cost, released in the span labels' order instead of by age.
     PolicyCase(LabelReleasePolicy, holds_budget=False, full_at_one=False),
+    # The same store ranked by attention (SnapKV's window), by key geometry (KeyDiff) and by
+    # both (R-KV).
+    PolicyCase(
+        SnapKVInt4Policy,
+        [{}, {"observation_tokens": 8, "kernel": 3}],
+        holds_budget=False,
+        full_at_one=False,
+    ),  # fmt: skip
+    PolicyCase(KeyDiffPolicy, holds_budget=False, full_at_one=False),
+    PolicyCase(RKVPolicy, [{}, {"lam": 0.5, "kernel": 3}], holds_budget=False, full_at_one=False),
 ]
 
 

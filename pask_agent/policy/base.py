@@ -52,6 +52,17 @@ class PolicyEnv:
     max_new_tokens: int | None = None
 
 
+class KeyGeometry(Protocol):
+    """A sequence's stored keys as the key-geometry baselines read them (KeyDiff, R-KV):
+    per layer group, each position's unit key against the mean unit key, without tensors."""
+
+    def to_mean(self, group: int, upto: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(dots [n, m], anchor_norm [m])`` over the ``m`` (layer, KV head) pairs of
+        ``group``: each position's unit key dotted with ``ū``, the mean unit key of positions
+        ``< upto``, and ``|ū|``."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionView:
     """One sequence's retention after a step, as a revising policy sees it (no KV tensors).
@@ -70,6 +81,7 @@ class RetentionView:
     scores: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     step_scores: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     prefill_done: bool  # the prompt has been fully processed
+    keys: KeyGeometry | None = None  # for policies with ``needs_keys``
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +173,7 @@ class Policy:
     needs_tags: ClassVar[bool] = False  # wants structural tags from a tagger
     needs_labels: ClassVar[bool] = False  # wants prompt span labels
     needs_scores: ClassVar[bool] = False  # wants attention mass per key (computed in attention)
+    needs_keys: ClassVar[bool] = False  # wants its keys' geometry (``RetentionView.keys``)
     # Its sessions revise: ``revise(view) -> Sequence[Demotion]`` after each step. The engine
     # asks the session (``session_revises``): ``pask``'s do only below INT4's cost.
     revises: ClassVar[bool] = False

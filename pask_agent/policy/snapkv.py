@@ -8,46 +8,43 @@ neighbouring positions (``kernel``; ``pooling`` max or avg) and the best prompt 
 fit the target total ``B`` stay high (paper App. C.3). Generated tokens follow a recency rule:
 they rank above every prompt token, newest first, so as decoding grows the weakest remaining
 prompt tokens are released and the total stays at ``B``.
+
+``snapkv_int4`` ranks the same way over ``int4``'s store (every token INT4, released lowest
+score first): below INT4's cost a BF16-only method keeps a fifth of the tokens where an INT4
+one keeps most of them, so this is the attention-ranked baseline PASK's label release meets
+on equal terms.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from pask_agent.errors import ConfigError
-from pask_agent.policy.base import Demotion, Policy, PolicyEnv, RetentionView
+from pask_agent.policy.base import Policy, PolicyEnv, RetentionView
+from pask_agent.policy.frozen_rank import FrozenRankSession
 from pask_agent.policy.registry import register_policy
-from pask_agent.policy.scored import ScoredSession, check_budget, recency, resolve_budget
-
-_DECODE_RANK = 1e30  # generated tokens outrank any pooled prompt score
+from pask_agent.policy.scored import check_budget, recency, resolve_budget
+from pask_agent.policy.uniform import Int4Session
 
 
 @dataclass
-class SnapKVSession(ScoredSession):
-    """Freezes the pooled observation-window scores at the end of prefill."""
+class SnapKVSession(FrozenRankSession):
+    """Pools the observation window's attention at the end of prefill."""
 
     kernel: int = 7
     pooling: str = "max"
-    prompt_len: int = 0
-    prompt_scores: list[np.ndarray] = field(default_factory=list)
 
-    def revise(self, view: RetentionView) -> list[Demotion]:
-        if view.prefill_done and not self.prompt_scores:
-            if view.step_scores is None:
-                raise ConfigError("snapkv needs attention scores; set needs_scores on the class")
-            self.prompt_len = view.length
-            self.prompt_scores = [
-                pool_scores(view.step_scores[g][: view.length], self.kernel, self.pooling)
-                for g in range(3)
-            ]
-        return ScoredSession.revise(self, view)
+    def score_prompt(self, view: RetentionView, group: int) -> np.ndarray:
+        if view.step_scores is None:
+            raise ConfigError("snapkv needs attention scores; set needs_scores on the class")
+        return pool_scores(view.step_scores[group][: view.length], self.kernel, self.pooling)
 
-    def rank(self, view: RetentionView, group: int) -> np.ndarray:
-        out = recency(view, group) + _DECODE_RANK
-        out[: self.prompt_len] = self.prompt_scores[group]
-        return out
+
+@dataclass
+class SnapKVInt4Session(SnapKVSession, Int4Session):
+    """SnapKV's ranking over ``int4``'s store: every token INT4, released lowest score first."""
 
 
 def pool_scores(scores: np.ndarray, kernel: int, pooling: str) -> np.ndarray:
@@ -107,4 +104,25 @@ class SnapKVPolicy(Policy):
             recency,
             kernel=self.kernel,
             pooling=self.pooling,
+        )
+
+
+@register_policy("snapkv_int4")
+@dataclass(frozen=True, slots=True)
+class SnapKVInt4Policy(SnapKVPolicy):
+    """SnapKV's observation-window ranking on ``int4``'s store: every token INT4 outside sinks
+    and window, and over ``B`` the prompt tokens with the least pooled attention go first (the
+    answer last). The same store and release as ``int4`` and PASK's label release, so the
+    three differ only in how they rank: by age, by attention, by span label.
+
+    Parameters as ``snapkv``'s; ``budget`` 1.0 never releases (INT4's own ``B``).
+    """
+
+    budget: float = 1.0
+    name = "snapkv_int4"
+    stores_int4 = True
+
+    def start(self, env: PolicyEnv) -> SnapKVInt4Session:
+        return SnapKVInt4Session.open(
+            env, resolve_budget(env, self.budget), kernel=self.kernel, pooling=self.pooling
         )

@@ -214,7 +214,7 @@ class Engine:
         keep = self._reuse(r)
         if not self.store.has_sequence(st.seq_id):
             centered = self.config.center_keys and r.policy.stores_int4
-            self.store.add_sequence(st.seq_id, centered=centered)
+            self.store.add_sequence(st.seq_id, centered=centered, track_keys=r.policy.needs_keys)
             st.ids_in_store = []
         self.store.truncate(st.seq_id, keep)
         st.ids_in_store = st.ids_in_store[:keep]

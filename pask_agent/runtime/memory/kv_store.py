@@ -31,6 +31,7 @@ import torch
 
 from pask_agent.errors import KVStoreError
 from pask_agent.policy.actions import Action
+from pask_agent.runtime.memory.key_geometry import KeyGeometryBook
 from pask_agent.runtime.memory.key_scores import KeyScoreBook
 from pask_agent.runtime.memory.kv_accounting import KVBytes
 from pask_agent.runtime.memory.kv_layout import (
@@ -86,20 +87,26 @@ class KVStore:
         self.bytes = KVBytes(layout)
         self._seqs: dict[str, StoredSequence] = {}
         self.key_scores = KeyScoreBook()
+        self.key_geometry = KeyGeometryBook(self.groups, layout.num_layers)
         self.peak_bytes = 0
         want, got = (layout.num_layers, layout.num_kv_heads, layout.head_dim), key_offsets
         if got is not None and tuple(got.shape) != want:
             raise KVStoreError(f"key_offsets must have shape {want}, got {tuple(got.shape)}")
         self.key_offsets = None if key_offsets is None else key_offsets.to(self.device)
 
-    def add_sequence(self, seq_id: str, *, centered: bool = False) -> None:
+    def add_sequence(
+        self, seq_id: str, *, centered: bool = False, track_keys: bool = False
+    ) -> None:
         """A new, empty sequence. ``centered``: store its keys minus ``key_offsets`` (for
-        policies that may quantize them; attention is unchanged, ``key_offsets.py``)."""
+        policies that may quantize them; attention is unchanged, ``key_offsets.py``).
+        ``track_keys``: keep its unit keys for a key-geometry policy (``key_geometry.py``)."""
         if seq_id in self._seqs:
             raise KVStoreError(f"sequence {seq_id!r} already exists in the store")
         if centered and self.key_offsets is None:
             raise KVStoreError("centered=True needs a store built with key_offsets")
         self._seqs[seq_id] = StoredSequence(centered=centered)
+        if track_keys:
+            self.key_geometry.track(seq_id)
 
     def centered_keys(self, layer: int, step: StepBatch, k: torch.Tensor) -> torch.Tensor:
         """This step's keys ``[T, Hkv, D]`` as the store holds them: minus the layer's offset
@@ -114,6 +121,7 @@ class KVStore:
         self._get(seq_id).free(self._high_alloc, self._low_alloc)
         del self._seqs[seq_id]
         self.key_scores.drop(seq_id)
+        self.key_geometry.drop(seq_id)
 
     def truncate(self, seq_id: str, length: int) -> None:
         """Drop every token at position >= ``length`` (a conversation turn that diverged)."""
@@ -121,6 +129,7 @@ class KVStore:
         if not 0 <= length <= seq.length:
             raise KVStoreError(f"cannot truncate {seq_id!r} of length {seq.length} to {length}")
         seq.truncate(length, self._high_alloc, self._low_alloc)
+        self.key_geometry.truncate(seq_id, length)
 
     def copy_sequence(self, src_id: str, dst_id: str) -> None:
         """Make the empty ``dst_id`` a copy of ``src_id``: every row, the settled mark and the
@@ -144,6 +153,7 @@ class KVStore:
             self.pools.copy_rows(g, src.high[g].slots, high_slots[g], high=True)
             self.pools.copy_rows(g, src.low[g].slots, low_slots[g], high=False)
         dst.copy_of(src, high_slots, low_slots)
+        self.key_geometry.copy(src_id, dst_id)
         self._note_peak([dst])
 
     def has_sequence(self, seq_id: str) -> bool:
@@ -260,8 +270,15 @@ class KVStore:
 
     def write(self, layer: int, step: StepBatch, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store this step's K/V rows ``[T, Hkv, D]`` of one layer where ``begin_step`` placed
-        them (``KVPools.write``)."""
+        them (``KVPools.write``); the unit keys of tracked sequences, uncentered, to
+        ``key_geometry``."""
         self.pools.write(layer, step.writes[self._group_of_layer[layer]], k, v)
+        if self.key_geometry.tracks_any(step.seq_ids):
+            raw = k
+            if step.centered_rows is not None and self.key_offsets is not None:
+                raw = k + step.centered_rows * self.key_offsets[layer].to(k.dtype)
+            offsets = step.q_offsets.tolist()
+            self.key_geometry.add(layer, step.seq_ids, offsets, step.positions, raw)
 
     def attend(
         self,

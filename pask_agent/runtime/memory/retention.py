@@ -14,8 +14,9 @@ from pask_agent.runtime.memory.kv_store import KVStore
 def retention_view(
     store: KVStore, seq_id: str, *, with_scores: bool, prefill_done: bool
 ) -> RetentionView:
-    """Settled positions held high (sinks excluded) and held low per layer group, and the
-    attention mass per position when ``with_scores``."""
+    """Settled positions held high (sinks excluded) and held low per layer group, the
+    attention mass per position when ``with_scores``, and the keys' geometry (read lazily)
+    when the sequence's keys are tracked."""
     settled, sinks = store.settled(seq_id), store.config.sinks
     high, low, scores, latest = [], [], [], []
     for g in range(3):
@@ -34,6 +35,9 @@ def retention_view(
         scores=(scores[0], scores[1], scores[2]) if with_scores else None,
         step_scores=(latest[0], latest[1], latest[2]) if with_scores else None,
         prefill_done=prefill_done,
+        keys=store.key_geometry.view(seq_id, store.length(seq_id))
+        if store.key_geometry.tracks_any((seq_id,))
+        else None,
     )
 
 
