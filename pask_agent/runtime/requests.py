@@ -15,7 +15,7 @@ import torch
 
 from pask_agent.errors import ConfigError
 from pask_agent.grammars.token_text import TokenTextStream
-from pask_agent.policy.base import Policy, PolicySession, session_revises
+from pask_agent.policy.base import Policy, PolicySession
 from pask_agent.runtime.turns.constraint import Constraint, OutputSpec
 from pask_agent.runtime.turns.results import Delta, Finished
 
@@ -89,14 +89,14 @@ class Request:
         """Whether this request, not yet started, may take ``q``'s prompt KV and last logits
         when ``q``'s prefill ends instead of computing them (the candidates of one SQL
         question, samples of one prompt): same tokens, same plan, ``q`` prefilled from
-        nothing and still prefilling. Not for policies that revise by attention: their rows
-        follow scores each sequence gathers itself."""
-        revising = (
-            session_revises(self.state.session) or self.policy.needs_scores
-            or session_revises(q.state.session)
-        )  # fmt: skip
+        nothing and still prefilling. A revising session may copy too (``int4`` and PASK
+        below INT4's cost): the copy is taken before the step's revisions and each session
+        then revises its own rows, from the same positions and labels, in the same step. Not
+        for policies that rank by attention: their scores are gathered by each sequence's
+        own prefill, which a copy skips."""
+        scored = self.policy.needs_scores or q.policy.needs_scores
         return (
-            not revising and q.leader is None and not q.reused
+            not scored and q.leader is None and not q.reused
             and q.prefill_pos < len(q.prompt_ids) and q.prompt_ids == self.prompt_ids
             and q.plan == self.plan and q.policy.stores_int4 == self.policy.stores_int4
         )  # fmt: skip

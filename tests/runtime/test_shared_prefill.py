@@ -13,6 +13,14 @@ import torch
 from engine_greedy import engine_for, tiny_loaded
 
 from pask_agent.errors import KVStoreError
+from pask_agent.policy import (
+    Int4Policy,
+    KeyDiffPolicy,
+    LabelReleasePolicy,
+    Policy,
+    PolicyEnv,
+    SnapKVInt4Policy,
+)
 from pask_agent.policy.actions import Action
 from pask_agent.policy.uniform import UniformPolicy
 from pask_agent.runtime.engine import Engine
@@ -22,6 +30,7 @@ from pask_agent.runtime.turns.outputs import TEXT
 from pask_agent.runtime.turns.results import Finished
 
 NEW = 12
+BUDGET = 0.2  # below the tiny model's INT4 share: the revising sessions release
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +42,22 @@ def _prompt(n: int, seed: int = 3) -> list[int]:
     return torch.randint(0, 512, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def _request(engine: Engine, prompt: list[int], action: Action, seed: int | None) -> Request:
-    policy = UniformPolicy(action)
+def _request(
+    engine: Engine, prompt: list[int], action: Action | Policy, seed: int | None
+) -> Request:
+    """A request under ``UniformPolicy(action)``, or under ``action`` itself at ``BUDGET``."""
+    if isinstance(action, Action):
+        policy: Policy = UniformPolicy(action)
+        session = policy.start()
+    else:
+        policy = action
+        session = policy.start(
+            PolicyEnv(engine.costs, engine.config.sinks, engine.config.window, BUDGET)
+        )
     params = SamplingParams(
         max_new_tokens=NEW, temperature=0.0 if seed is None else 0.9, seed=seed, ignore_eos=True
     )
-    return Request(list(prompt), None, TEXT, params, engine.new_sequence(policy.start()), policy)
+    return Request(list(prompt), None, TEXT, params, engine.new_sequence(session), policy)
 
 
 def _ends(engine: Engine, requests: list[Request]) -> list[Finished]:
@@ -49,11 +68,17 @@ def _ends(engine: Engine, requests: list[Request]) -> list[Finished]:
     return ends  # type: ignore[return-value]
 
 
-@pytest.mark.parametrize("action", [Action.H, Action.L, Action.R])
+@pytest.mark.parametrize(
+    "action",
+    [Action.H, Action.L, Action.R, Int4Policy(), LabelReleasePolicy(), KeyDiffPolicy()],
+    ids=["H", "L", "R", "int4", "pask_release", "keydiff"],
+)
 def test_candidates_of_one_prompt_prefill_it_once_and_answer_as_alone(tiny, action) -> None:
     """A greedy request and two seeded samples of one 150-token prompt, queued together: the
     prompt is computed once (the samples report no prefilled token), each writes the tokens
-    it writes alone and holds the same KV (high, INT4 or released rows alike)."""
+    it writes alone and holds the same KV (high, INT4 or released rows alike). Sessions that
+    revise after each step (``int4``, label release, ``keydiff`` with its copied keys) copy
+    the prompt before the step's revisions and release the same rows as alone."""
     prompt, seeds = _prompt(150), [None, 11, 12]
     alone = []
     for seed in seeds:
@@ -67,6 +92,8 @@ def test_candidates_of_one_prompt_prefill_it_once_and_answer_as_alone(tiny, acti
         assert t.token_ids == a.token_ids
         assert (t.kv.high_bytes, t.kv.low_bytes) == (a.kv.high_bytes, a.kv.low_bytes)
     assert len({e.token_ids for e in together}) == 3  # the samples did sample
+    if not isinstance(action, Action):  # the revising sessions did release (B = 0.2)
+        assert all(e.kv.measured_b <= BUDGET + 1e-9 for e in together)
     assert engine.store.num_sequences == 0
     engine.store.audit()
 
@@ -100,6 +127,15 @@ def test_requests_with_other_plans_or_prompts_prefill_their_own(tiny) -> None:
         _request(engine, _prompt(120, seed=4), Action.H, None),
     ]
     assert [e.prefilled_tokens for e in _ends(engine, requests)] == [120, 120, 120]
+
+
+def test_policies_that_rank_by_attention_prefill_their_own(tiny) -> None:
+    """``snapkv_int4`` ranks the prompt by the attention its own prefill gathers: a copy would
+    skip it, so its candidates compute the prompt each."""
+    prompt = _prompt(120)
+    engine = engine_for(tiny, prefill_chunk_tokens=64)
+    requests = [_request(engine, prompt, SnapKVInt4Policy(), s) for s in (None, 5)]
+    assert [e.prefilled_tokens for e in _ends(engine, requests)] == [120, 120]
 
 
 def test_copy_sequence_refuses_a_held_target_and_a_full_pool_before_taking_a_row(tiny) -> None:
