@@ -80,11 +80,12 @@ def variant(mode: str) -> str:
 if __name__ == "__main__":
     modes = (sys.argv[1] if len(sys.argv) > 1 else "within").split(",")
     names = [m if m == "snapkv_int4" else variant(m) for m in modes]
+    out = f"results/dev_checks/bfcl_dev_b020_attn_{'_'.join(modes)}"
     sys.exit(
         bfcl_eval.main(
             [
                 "--split", "dev", "--policies", ",".join(names), "--budgets", "0.20",
-                "--reference", "none", "--out", f"results/dev_checks/bfcl_dev_b020_attn_{'_'.join(modes)}",
+                "--reference", "none", "--out", out,
             ]
         )
     )  # fmt: skip
