@@ -303,7 +303,11 @@ def test_rescore_replays_each_stored_pair_alone_as_measurement_batched_it(
         ctx = worker.context(trace, where, keep=True)  # kept: rescore replays it alone
         measured = measure_trace(ctx, keys.of_trace(ctx.trace), keys.size, only=("prefill", 2))
         batched = measured.margin  # the probes measurement replayed, batched
-        if any(m > NEAR_TIE for m in batched.values()):
+        # the first trace with both kinds of verdict beyond a near-tie: which trace that is
+        # depends on BF16 rounding (thread count, key offsets), so none is fixed in advance
+        if any(m > NEAR_TIE for m in batched.values()) and any(
+            m < -NEAR_TIE for m in batched.values()
+        ):
             break
     assert batched and {n.split(":")[2] for n in batched} == {"2"}
     assert all((m > 0) <= measured.flipped[n] <= (m >= 0) for n, m in batched.items())
