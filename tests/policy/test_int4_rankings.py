@@ -49,11 +49,11 @@ def _keys(n: int, seed: int = 0) -> torch.Tensor:
 
 
 def _pairwise_mean_similarity(unit: np.ndarray) -> np.ndarray:
-    """``[n, m]``: R-KV's definition, the n×n cosine matrix with its diagonal zeroed, averaged
-    over the row (the reference code divides by ``n``)."""
+    """``[n, m]``: R-KV's redundancy before its softmax, each key's mean cosine similarity to
+    the *other* keys, from the n×n cosine matrix with its diagonal left out."""
     sim = np.einsum("imd,jmd->ijm", unit, unit)
     sim[np.arange(len(unit)), np.arange(len(unit))] = 0.0
-    return sim.mean(axis=1)
+    return sim.sum(axis=1) / (len(unit) - 1)
 
 
 def test_the_mean_key_dot_gives_rkvs_pairwise_redundancy_and_keydiffs_cosine() -> None:
