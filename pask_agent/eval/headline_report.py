@@ -9,18 +9,17 @@ missing is left out, never filled in from elsewhere.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from pask_agent.eval.results_table import TableSource, results_table
 
 # workload label -> the stage's JSON under the output folder
 TABLE_SOURCES: tuple[tuple[str, str], ...] = (
     ("BFCL non-live", "bfcl.json"),
     ("Text-to-SQL", "sql/sql_eval.json"),
 )
-# policies that use the parser's labels; the "best other" column is the best of the rest
-STRUCTURED = frozenset({"pask", "pask_hand"})
 
 
 def write_index(out: Path, manifest: Mapping[str, Any], stages: Sequence[Any]) -> Path:
@@ -81,51 +80,6 @@ def _owner(rel: str, stages: Mapping[str, Any]) -> str | None:
 
 
 def headline_table(out: Path) -> str:
-    """The README's results table from ``out``'s BFCL and SQL JSON: Full KV, then per budget
-    PASK (paired difference to Full KV with its 95 % interval and McNemar p), the best policy
-    that does not use the parser's labels, and PASK's measured B mean (max)."""
-    rows = []
-    for label, rel in TABLE_SOURCES:
-        path = out / rel
-        if path.exists():
-            rows.extend(_workload_rows(label, json.loads(path.read_text()), rel))
-    header = (
-        "| workload | B | Full KV | PASK (vs Full KV) | best without labels | "
-        "PASK measured B mean (max) | file |\n|---|---:|---:|---:|---:|---:|---|"
-    )
-    return "\n".join([header, *rows]) if rows else ""
-
-
-def _workload_rows(label: str, data: Mapping[str, Any], rel: str) -> list[str]:
-    summaries = data.get("summaries", [])
-    full = next((s for s in summaries if s["policy"] == "full"), None)
-    if full is None:
-        return []
-    paired = data.get("paired_vs_full", {})
-    cases = f"{label}, {full['cases']} {data.get('settings', {}).get('split', '')} cases"
-    out = []
-    for budget in sorted({s["budget"] for s in summaries if s["policy"] != "full"}):
-        at = [s for s in summaries if s["budget"] == budget and s["policy"] != "full"]
-        pask = next((s for s in at if s["policy"] in STRUCTURED), None)
-        others = [s for s in at if s["policy"] not in STRUCTURED]
-        best = max(others, key=lambda s: s["overall"], default=None)
-        pask_cell, b_cell = "–", "–"
-        if pask is not None:
-            pair = paired.get(pask["label"], {})
-            diff = (
-                f" ({_signed(pair['difference'])} [{_signed(pair['ci_low'])}, "
-                f"{_signed(pair['ci_high'])}], p = {pair['p_value']:.2f})"
-                if pair else ""
-            )  # fmt: skip
-            pask_cell = f"{100 * pask['overall']:.1f}{diff}"
-            b_cell = f"{pask['mean_b']:.3f} ({pask['max_b']:.3f})"
-        best_cell = f"{best['policy']} {100 * best['overall']:.1f}" if best else "–"
-        out.append(
-            f"| {cases} | {budget:.2f} | {100 * full['overall']:.1f} | {pask_cell} | "
-            f"{best_cell} | {b_cell} | [`{rel}`]({rel}) |"
-        )
-    return out
-
-
-def _signed(x: float) -> str:
-    return f"{100 * x:+.1f}".replace("-", "−")
+    """The README's results table from ``out``'s BFCL and SQL JSON (``eval/results_table.py``
+    says what each cell is); a workload whose file is missing is left out."""
+    return results_table([TableSource(label, out / rel, rel) for label, rel in TABLE_SOURCES])

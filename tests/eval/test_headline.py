@@ -130,5 +130,5 @@ def test_readme_table_renders_the_record(tmp_path: Path) -> None:
     assert f"| 0.33 | {100 * full['overall']:.1f} |" in row
     assert f"{100 * pask['overall']:.1f} (" in row and f"p = {pair['p_value']:.2f}" in row
     assert f"{pask['mean_b']:.3f} ({pask['max_b']:.3f})" in row
-    assert "| mikv " in row  # the best policy without the parser's labels in that run
+    assert "| `mikv` 62.5 (of 1) |" in row  # the best policy without the parser's labels
     assert headline_table(tmp_path / "empty") == ""
