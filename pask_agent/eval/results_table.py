@@ -3,9 +3,11 @@ number (issue 33, item 2).
 
 A table row is one workload at one budget: Full KV, PASK with its paired difference to Full KV
 (95 % bootstrap interval, McNemar p), ``int4`` (what a q4_0 KV cache gives users), the best
-policy that does not use the parser's labels, and PASK's measured B. Every cell comes from the
-harness's JSON (``summaries`` and ``paired_vs_full``, as ``eval/harness_report.py`` writes
-them); a file that is missing or lacks a policy leaves its cell or row out, never filled in.
+policy that does not use the parser's labels, PASK paired against that best policy, and PASK's
+measured B. Cells come from the harness's JSON (``summaries`` and ``paired_vs_full``, as
+``eval/harness_report.py`` writes them); the pairing against the best policy comes from the
+per-case rows beside it (``.jsonl``, ``eval/paired.py``, the same seed as every report). A file
+that is missing or lacks a policy leaves its cell or row out, never filled in.
 
 The README holds its tables between ``<!-- results-table: NAME -->`` and
 ``<!-- /results-table -->``; ``python -m pask_agent.eval.results_table`` rewrites them from
@@ -19,17 +21,19 @@ import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pask_agent.errors import ConfigError
+from pask_agent.eval.paired import PairedComparison, compare_paired
 
 # policies that use the parser's labels; "best without labels" is the best of the rest
 STRUCTURED = frozenset({"pask", "pask_hand", "pask_release"})
 HEADER = (
     "| workload | cases | B | Full KV | PASK (vs Full KV) | `int4` | best without labels (of n) "
-    "| PASK measured B mean (max) | file |\n|---|---:|---:|---:|---:|---:|---:|---:|---|"
+    "| PASK vs that best | PASK measured B mean (max) | file |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 )
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,6 +105,7 @@ def _rows(src: TableSource) -> list[str]:
     budgets = sorted({s["budget"] for s in same}, reverse=True)
     if src.budgets is not None:
         budgets = [b for b in budgets if any(abs(b - w) < 1e-9 for w in src.budgets)]
+    correct = _per_case(src.path.with_suffix(".jsonl"))
     out = []
     for budget in budgets:
         at = [s for s in same if abs(s["budget"] - budget) < 1e-9]
@@ -108,23 +113,42 @@ def _rows(src: TableSource) -> list[str]:
         int4 = next((s for s in at if s["policy"] == "int4"), None)
         others = [s for s in at if s["policy"] not in STRUCTURED]
         best = max(others, key=_score, default=None)
-        pask_cell, b_cell = "–", "–"
+        pask_cell, versus, b_cell = "–", "–", "–"
         if pask is not None:
             pair = paired.get(pask["label"])
-            diff = (
-                f" ({_signed(pair['difference'])} [{_signed(pair['ci_low'])}, "
-                f"{_signed(pair['ci_high'])}], p {_p(pair['p_value'])})"
-                if pair else ""
-            )  # fmt: skip
-            pask_cell = f"{_pct(pask)}{diff}"
+            pask_cell = _pct(pask) + (f" ({_interval(pair)})" if pair else "")
             b_cell = f"{pask['mean_b']:.3f} ({pask['max_b']:.3f})"
+            a, b = (correct.get((x["policy"], x["budget"])) for x in (pask, best or pask))
+            if best is not None and a and b:
+                versus = _interval(compare_paired(a, b))
         int4_cell = _pct(int4) if int4 else "–"
         best_cell = f"`{best['policy']}` {_pct(best)} (of {len(others)})" if best else "–"
+        link = f"[`{Path(src.link).name}`]({src.link})"
         out.append(
             f"| {src.label} | {full['cases']} | {budget:.2f} | {_pct(full)} | {pask_cell} | "
-            f"{int4_cell} | {best_cell} | {b_cell} | [`{Path(src.link).name}`]({src.link}) |"
+            f"{int4_cell} | {best_cell} | {versus} | {b_cell} | {link} |"
         )
     return out
+
+
+def _per_case(rows: Path) -> dict[tuple[str, float], dict[str, bool]]:
+    """``(policy, budget) -> {case id: correct}`` from a run's rows (empty when absent)."""
+    out: dict[tuple[str, float], dict[str, bool]] = {}
+    if rows.exists():
+        for line in rows.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                out.setdefault((r["policy"], r["budget"]), {})[str(r["id"])] = bool(r["correct"])
+    return out
+
+
+def _interval(pair: PairedComparison | Mapping[str, Any]) -> str:
+    """``difference [low, high], p`` in points, from a comparison or its JSON form."""
+    d = pair if isinstance(pair, Mapping) else asdict(pair)
+    return (
+        f"{_signed(d['difference'])} [{_signed(d['ci_low'])}, {_signed(d['ci_high'])}], "
+        f"p {_p(d['p_value'])}"
+    )
 
 
 def _score(summary: Mapping[str, Any]) -> tuple[float, str]:

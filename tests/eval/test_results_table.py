@@ -48,6 +48,10 @@ def test_cells_are_the_files_numbers_and_subsets_are_left_out(tmp_path: Path) ->
     best = max(others, key=lambda s: (s["overall"], s["policy"]))
     assert f"`{best['policy']}` {100 * best['overall']:.1f} (of {len(others)})" in row
     assert "pask_release" not in row
+    # PASK against that best, paired from the rows: the merge's own pairing, seen from PASK
+    theirs = data["paired_vs_pask"][best["label"]]
+    lead = f"+{-100 * theirs['difference']:.1f} [+{-100 * theirs['ci_high']:.1f}, "
+    assert f"| {lead}" in row and f"p = {theirs['p_value']:.2g} |" in row
 
     # a policy that beats the rest moves into the best column; PASK's own cell is unaffected
     by["keydiff"]["overall"] = 0.99
