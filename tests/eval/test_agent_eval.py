@@ -78,6 +78,49 @@ def test_later_turns_need_values_only_earlier_results_hold(dev) -> None:
     assert max(far) >= 8
 
 
+def test_a_request_names_its_record_by_a_value_the_result_shows(dev) -> None:
+    """Retrieval, not arithmetic: the record a booking, order, file or email turn acts on is
+    named by a value its earlier result printed (a flight number or departure time, a product
+    or file name) that picks exactly one record there; no request asks for an order the model
+    would have to compute (those turns measured the model, not the cache; templates.py)."""
+    superlatives = ("cheapest", "earliest", "latest", "shortest", "largest", "smallest",
+                    "most recent", "best-rated", "most expensive")  # fmt: skip
+    named = 0
+    for conv in dev:
+        for k, turn in enumerate(conv.turns):
+            assert not any(w in turn.request for w in superlatives), turn.request
+            if turn.kind not in ("book_flight", "create_order", "read_file_info", "send_email"):
+                continue
+            earlier = [json.loads(r) for j in turn.depends_on for r in conv.turns[j].results]
+            records = [
+                x
+                for r in earlier
+                for x in r.get("flights", []) + r.get("results", []) + r.get("files", [])
+            ]
+            target = next(iter(turn.gold[0].arguments.values()))  # the id or address asked for
+
+            def quoted(x: dict, key: str, words: str = turn.request) -> bool:
+                # a value, or a product's brand (its name's first word), written in the request
+                v = x[key]
+                brand = key == "name" and "product_id" in x and v.split()[0] in words.split()
+                return isinstance(v, str) and (v in words or brand)
+
+            def shows(x: dict) -> set[str]:
+                return {str(x[key]) for key in x if quoted(x, key)}
+
+            # the records whose quoted values no other record holds all of
+            picked = [
+                x
+                for x in records
+                if shows(x)
+                and not any(shows(x) <= {str(v) for v in y.values()} for y in records if y is not x)
+            ]
+            assert len(picked) == 1, f"{conv.id} turn {k}: {turn.request!r} picks {len(picked)}"
+            assert target in picked[0].values(), f"{conv.id} turn {k}: {turn.request!r}"
+            named += 1
+    assert named >= 100
+
+
 def test_history_is_long_and_results_are_realistically_sized(dev) -> None:
     from pask_agent.grammars.prompt import render_tool_prompt
     from pask_agent.runtime.models.loading import load_tokenizer

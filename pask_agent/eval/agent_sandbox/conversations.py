@@ -27,7 +27,7 @@ from pask_agent.eval.agent_sandbox import templates
 from pask_agent.eval.agent_sandbox.tools import SPECS, Call, execute, result_text
 from pask_agent.eval.agent_sandbox.world import World, make_world
 
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 MIN_TURNS = 12
 MAX_TURNS = 20
 MIN_HISTORY_CHARS = 15_000  # JSON results run about 2.5 characters per token

@@ -1,12 +1,18 @@
 """Turn templates: what a user asks next, and the gold call that answers it, from the state.
 
 Why templates read a memo of earlier results instead of the world: a request such as "book
-the cheapest of those flights" is answerable only from what the conversation showed, so the
-gold call is computed from the recorded results (the memo), and the request names the earlier
-turn in words ("the flights from Boston to Denver you found", "the order you placed first"),
-never by the id the call needs. Every criterion is unique by construction (prices, sizes,
-departure times, ratings and totals are drawn without repeats), so each request has one
-right answer.
+the Delta flight at 14:05 from the ones you found" is answerable only from what the
+conversation showed (the request names the flight, only the result holds its ``flight_id``),
+so the gold call is computed from the recorded results (the memo), and the request names the
+earlier turn in words ("the flights from Boston to Denver you found", "the order you placed
+first"), never by the id the call needs.
+
+Why a request names its record by a value the result shows (a departure time, a flight number,
+a file or product name), not by an order the model would have to compute ("the cheapest",
+"the largest"): with orders, Full KV itself answered 1 of 15 such turns on the first two dev
+conversations (``results/archive/agent_dev2.md``), so those turns measured the 0.5B model's
+arithmetic, not whether the cache kept what the call needs. Every name used is unique among
+the records it picks from (checked here), so each request has one right answer.
 
 A template returns a :class:`Plan` or ``None`` when the memo holds nothing it could refer
 to; ``INDEPENDENT`` templates open new threads (searches, listings) and ``DEPENDENT`` ones
@@ -87,41 +93,46 @@ def search_flights(memo: Memo, world: World, rng: random.Random) -> Plan | None:
         f"I found {r['count']} flights from {o} to {d} on {day}."))  # fmt: skip
 
 
-_FLIGHT_PICKS: tuple[tuple[str, Callable[[list[dict]], list[dict]], str, bool], ...] = (
-    ("the cheapest", lambda fs: fs, "price_usd", False),
-    ("the earliest", lambda fs: fs, "departure", False),
-    ("the latest-departing", lambda fs: fs, "departure", True),
-    ("the shortest", lambda fs: fs, "duration_minutes", False),
-    ("the cheapest nonstop", lambda fs: [f for f in fs if f["stops"] == 0], "price_usd", False),
-    ("the cheapest refundable", lambda fs: [f for f in fs if f["refundable"]], "price_usd", False),
-)
+def _unique(records: list[dict[str, Any]], key: Callable[[dict[str, Any]], str]) -> list[dict]:
+    """The records whose ``key`` no other record shares: names that pick exactly one."""
+    names = [key(r) for r in records]
+    return [r for r, n in zip(records, names, strict=True) if names.count(n) == 1]
+
+
+def _flight_name(rng: random.Random, flight: dict[str, Any], seen: list[dict]) -> tuple[str, bool]:
+    """Words that pick ``flight`` by what its result shows, and whether they pick it out of
+    every flight ``seen`` so far (else the request names the search too; departures are
+    distinct within one search)."""
+    if flight in _unique(seen, lambda f: f["flight_number"]) and rng.random() < 0.5:
+        return f"flight {flight['flight_number']}", True
+    words = f"the {flight['departure']} {flight['airline']} flight"
+    return words, flight in _unique(seen, lambda f: f"{f['departure']} {f['airline']}")
 
 
 def book_flight(memo: Memo, world: World, rng: random.Random) -> Plan | None:
     booked = {b["flight_id"] for _, b in memo.bookings}
-    options = []
-    for turn, search in memo.searches:
-        for words, keep, key, high in _FLIGHT_PICKS:
-            pool = [f for f in keep(search["flights"]) if f["seats_left"] > 0]
-            if pool:
-                best = (max if high else min)(pool, key=lambda f, k=key: f[k])
-                if best["flight_id"] not in booked:
-                    options.append((turn, search, words, best))
+    options = [
+        (turn, search, f)
+        for turn, search in memo.searches
+        for f in search["flights"]
+        if f["seats_left"] > 0 and f["flight_id"] not in booked
+    ]
     chosen = _pick(rng, options)
     if chosen is None:
         return None
-    turn, search, words, flight = chosen
+    turn, search, flight = chosen
+    words, alone = _flight_name(rng, flight, [f for _, s in memo.searches for f in s["flights"]])
     if rng.random() < 0.5:
         passenger, whom = world["user"]["name"], "for me"
     else:
         first = rng.choice(("Sam", "Alex", "Jordan", "Robin"))
         passenger = f"{first} {world['user']['name'].split()[-1]}"
         whom = f"for {passenger}"
-    if turn == memo.last_turn:
-        text = f"Book {words} of those flights {whom}."
+    if turn == memo.last_turn and alone:
+        text = f"Book {words} {whom}."
     else:
-        route = f"{search['origin']} to {search['destination']}"
-        text = f"Book {words} of the {route} flights you found {whom}."
+        route = f"{search['origin']} to {search['destination']} flights for {search['date']}"
+        text = f"Of the {route} you found, book {words} {whom}."
     call = Call("book_flight", {"flight_id": flight["flight_id"], "passenger_name": passenger})
     line = f"Done: {passenger} is booked on {flight['airline']} {flight['flight_number']}."
     return Plan("book_flight", text, call, (turn,), lambda r: line)
@@ -149,13 +160,6 @@ def cancel_booking(memo: Memo, world: World, rng: random.Random) -> Plan | None:
 
 
 # ---------------------------------------------------------------------- files
-_FILE_PICKS: tuple[tuple[str, str, bool], ...] = (
-    ("the largest", "size_bytes", True),
-    ("the smallest", "size_bytes", False),
-    ("the most recently modified", "modified", True),
-)
-
-
 def list_files(memo: Memo, world: World, rng: random.Random) -> Plan | None:
     done = {ls["folder"] for _, ls in memo.listings}
     todo = sorted({f["folder"] for f in world["files"]} - done)
@@ -169,16 +173,15 @@ def list_files(memo: Memo, world: World, rng: random.Random) -> Plan | None:
 
 
 def _file_ref(memo: Memo, rng: random.Random) -> tuple[int, str, dict[str, Any]] | None:
-    """A file of an earlier listing and the words that name it without its id."""
+    """A file of an earlier listing and the words that name it without its id (its name,
+    unique within a folder)."""
     if not memo.listings:
         return None
     turn, listing = _pick(rng, memo.listings)
-    if rng.random() < 0.25:
-        file = _pick(rng, listing["files"])
+    file = _pick(rng, listing["files"])
+    if rng.random() < 0.5:
         return turn, f"the file {file['name']}", file
-    words, key, high = rng.choice(_FILE_PICKS)
-    file = (max if high else min)(listing["files"], key=lambda f: f[key])
-    return turn, f"{words} file in {listing['folder']}", file
+    return turn, f"{file['name']} in {listing['folder']}", file
 
 
 def read_file_info(memo: Memo, world: World, rng: random.Random) -> Plan | None:
@@ -247,23 +250,22 @@ def create_order(memo: Memo, world: World, rng: random.Random) -> Plan | None:
         return None
     turn, search = _pick(rng, memo.product_searches)
     results = search["results"]
-    choice = rng.randrange(3)
-    if choice == 0:
-        product, words = min(results, key=lambda p: p["price_usd"]), "the cheapest"
-    elif choice == 1:
-        product, words = max(results, key=lambda p: p["rating"]), "the best-rated"
-    else:
-        product = _pick(rng, results)
-        words = f"the {product['name'].split()[0]}"
+    product = _pick(rng, results)
+    brand = product["name"].split()[0]
+    unique_brand = product in _unique(results, lambda p: p["name"].split()[0])
+    by_brand = unique_brand and rng.random() < 0.5
+    words = f"the {brand} one" if by_brand else f"the {product['name']}"
     quantity = rng.choice((1, 1, 2, 3))
     ordered = {o["items"][0]["product_id"] for _, o in memo.created}
     if product["product_id"] in ordered or product["in_stock"] < quantity:
         return None
-    what = f"{words} {search['query']}" if turn != memo.last_turn else f"{words} one"
-    count = "one" if quantity == 1 else f"{quantity}"
-    text = f"Order {count} of {what} you found." if quantity > 1 else f"Order {what} you found."
-    if turn == memo.last_turn and quantity == 1:
-        text = f"I'll take {words} one. Please order it."
+    what = words if quantity == 1 else f"{quantity} of {words}"
+    if turn != memo.last_turn:
+        text = f"From the {search['query']} results you found, order {what}."
+    elif quantity == 1:
+        text = f"I'll take {words}. Please order it."
+    else:
+        text = f"Order {what}."
     args = {"product_id": product["product_id"], "quantity": quantity}
     return Plan("create_order", text, Call("create_order", args), (turn,),
                 lambda r: f"Ordered {quantity} x {product['name']}.")  # fmt: skip
@@ -290,14 +292,12 @@ def cancel_order(memo: Memo, world: World, rng: random.Random) -> Plan | None:
         options.append(("Cancel the last order you placed.", live[-1][0], live[-1][1]["order_id"]))
     status = {o["order_id"]: o["status"] for o in world["orders"]}
     for turn, listing in memo.order_lists:
-        pending = [o for o in listing["orders"] if o["status"] == "processing"
-                   and status[o["order_id"]] == "processing"]  # fmt: skip
-        if len(pending) >= 2 and len(pending) == sum(
-            o["status"] == "processing" for o in listing["orders"]
-        ):
-            top = max(pending, key=lambda o: o["total_usd"])
-            options.append(("From the list of my processing orders you showed me, cancel the "
-                            "most expensive one.", turn, top["order_id"]))  # fmt: skip
+        named = _unique(listing["orders"], lambda o: o["items"][0]["name"])
+        for order in named:
+            if order["status"] == "processing" and status[order["order_id"]] == "processing":
+                item = order["items"][0]["name"]
+                options.append((f"From the processing orders you listed, cancel the one for "
+                                f"the {item}.", turn, order["order_id"]))  # fmt: skip
     chosen = _pick(rng, options)
     if chosen is None:
         return None
