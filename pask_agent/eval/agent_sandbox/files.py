@@ -17,7 +17,7 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "folder": {"type": "string", "description": "Folder name, e.g. Finance"},
+                "folder": {"type": "string", "description": "Folder name, as the user says it"},
             },
             "required": ["folder"],
         },
@@ -28,14 +28,23 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "file_id": {"type": "string", "description": "The file_id from list_files"},
+                "file_id": {
+                    "type": "string",
+                    "description": (
+                        "The file_id field (file_ and 8 hex digits) list_files returned for "
+                        "the file; not its name"
+                    ),
+                },
             },
             "required": ["file_id"],
         },
     },
     {
         "name": "send_email",
-        "description": "Send an email from the user's account, optionally attaching a file.",
+        "description": (
+            "Send an email from the user's account; attaches a file only when the user asks "
+            "for one."
+        ),
         "parameters": {
             "type": "object",
             "properties": {
@@ -43,7 +52,10 @@ SPECS: tuple[dict[str, Any], ...] = (
                 "subject": {"type": "string", "description": "Subject line"},
                 "attachment_file_id": {
                     "type": "string",
-                    "description": "file_id of a file to attach (optional)",
+                    "description": (
+                        "file_id of the file to attach; leave out unless the user asks to "
+                        "attach a file"
+                    ),
                 },
             },
             "required": ["to", "subject"],

@@ -21,7 +21,7 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "description": "Keywords, e.g. desk lamp"},
+                "query": {"type": "string", "description": "What the user is shopping for"},
             },
             "required": ["query"],
         },
@@ -47,7 +47,12 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "product_id": {"type": "string", "description": "The product_id from a search"},
+                "product_id": {
+                    "type": "string",
+                    "description": (
+                        "The product_id field (P-...) of a product search_products returned"
+                    ),
+                },
                 "quantity": {"type": "integer", "description": "How many (default 1)"},
             },
             "required": ["product_id"],
@@ -58,7 +63,12 @@ SPECS: tuple[dict[str, Any], ...] = (
         "description": "Cancel an order that has not shipped yet.",
         "parameters": {
             "type": "object",
-            "properties": {"order_id": {"type": "string", "description": "The order_id"}},
+            "properties": {
+                "order_id": {
+                    "type": "string",
+                    "description": "The order_id field (ORD-...) of the order",
+                }
+            },
             "required": ["order_id"],
         },
     },

@@ -19,8 +19,8 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "origin": {"type": "string", "description": "Departure city, e.g. Boston"},
-                "destination": {"type": "string", "description": "Arrival city, e.g. Denver"},
+                "origin": {"type": "string", "description": "Departure city"},
+                "destination": {"type": "string", "description": "Arrival city"},
                 "date": {"type": "string", "description": "Travel date, YYYY-MM-DD"},
             },
             "required": ["origin", "destination", "date"],
@@ -32,7 +32,13 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "flight_id": {"type": "string", "description": "The flight_id from a search"},
+                "flight_id": {
+                    "type": "string",
+                    "description": (
+                        "The flight_id field (FL and 5 characters) of a flight search_flights "
+                        "returned; not its flight_number"
+                    ),
+                },
                 "passenger_name": {"type": "string", "description": "Full name of the traveler"},
             },
             "required": ["flight_id", "passenger_name"],
@@ -44,7 +50,10 @@ SPECS: tuple[dict[str, Any], ...] = (
         "parameters": {
             "type": "object",
             "properties": {
-                "booking_id": {"type": "string", "description": "The booking_id to cancel"},
+                "booking_id": {
+                    "type": "string",
+                    "description": "The booking_id field (BK-...) that book_flight returned",
+                },
             },
             "required": ["booking_id"],
         },
