@@ -121,6 +121,34 @@ def test_a_request_names_its_record_by_a_value_the_result_shows(dev) -> None:
     assert named >= 100
 
 
+def test_every_record_shows_its_name_before_its_id(dev) -> None:
+    """The layout the model can read ids from (tools.NAMED_BY): in every recorded result, the
+    fields a record is named by come first and its id right after them."""
+    from pask_agent.eval.agent_sandbox.tools import NAMED_BY
+
+    seen: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, list):
+            for v in value:
+                walk(v)
+        elif isinstance(value, dict):
+            keys = list(value)
+            ids = [k for k in NAMED_BY if k in value]
+            lead = [n for k in ids for n in NAMED_BY[k] if n in value]
+            if ids and lead:
+                assert keys[: len(lead) + len(ids)] == lead + ids, keys
+                seen.update(ids)
+            for v in value.values():
+                walk(v)
+
+    for conv in dev[:10]:
+        for turn in conv.turns:
+            for r in turn.results:
+                walk(json.loads(r))
+    assert seen == set(NAMED_BY)
+
+
 def test_history_is_long_and_results_are_realistically_sized(dev) -> None:
     from pask_agent.grammars.prompt import render_tool_prompt
     from pask_agent.runtime.models.loading import load_tokenizer

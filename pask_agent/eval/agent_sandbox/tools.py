@@ -76,13 +76,39 @@ def argument_error(name: str, arguments: Mapping[str, Any]) -> str:
     return ""
 
 
+# A record's id follows the fields a user names it by (its name, its flight number and time,
+# the flight a booking is for, the items of an order). Why: asked "book flight B6 1843" or
+# "the file press_kit_v2.pptx", the default model copies the id that *follows* the name it
+# finds; with the id first (the records' previous key order) it copied a neighbour's id even at
+# Full KV. ``results/dev_checks/agent_layout.md`` measures both orders on the same dev turns.
+NAMED_BY: dict[str, tuple[str, ...]] = {
+    "flight_id": ("flight_number", "airline", "departure"),
+    "file_id": ("name",),
+    "product_id": ("name",),
+    "order_id": ("items",),
+    "booking_id": ("flight", "passenger_name"),
+}
+
+
+def name_first(value: Any) -> Any:
+    """``value`` with every record's naming fields, then its id, ahead of its other fields."""
+    if isinstance(value, list):
+        return [name_first(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    ids = [k for k in NAMED_BY if k in value]
+    lead = [n for k in ids for n in NAMED_BY[k] if n in value] + ids
+    order = lead + [k for k in value if k not in lead]
+    return {k: name_first(value[k]) for k in dict.fromkeys(order)}
+
+
 def execute(world: World, call: Call) -> dict[str, Any]:
     """Run ``call`` against ``world`` (mutated in place) and return the tool's JSON result, a
-    copy that later calls cannot change."""
+    copy that later calls cannot change, its records laid out name first (``NAMED_BY``)."""
     error = argument_error(call.name, call.arguments)
     if error:
         return {"error": error}
-    return copy.deepcopy(FUNCTIONS[call.name](world, **call.arguments))
+    return name_first(copy.deepcopy(FUNCTIONS[call.name](world, **call.arguments)))
 
 
 def result_text(result: Mapping[str, Any]) -> str:
