@@ -89,7 +89,13 @@ def test_a_request_names_its_record_by_a_value_the_result_shows(dev) -> None:
     for conv in dev:
         for k, turn in enumerate(conv.turns):
             assert not any(w in turn.request for w in superlatives), turn.request
-            if turn.kind not in ("book_flight", "create_order", "read_file_info", "send_email"):
+            if turn.kind not in (
+                "book_flight",
+                "create_order",
+                "read_file_info",
+                "send_email",
+                "send_file",
+            ):
                 continue
             earlier = [json.loads(r) for j in turn.depends_on for r in conv.turns[j].results]
             records = [

@@ -1,7 +1,12 @@
-"""File tools: ``list_files``, ``read_file_info``, ``send_email``.
+"""File tools: ``list_files``, ``read_file_info``, ``send_email``, ``send_file``.
 
 Why: a listing names files with their owners and sizes, and only the listing does; "email the
-owner of the largest file you listed" needs an address that no user message contains.
+owner of report_v2.xlsx" needs an address that no user message contains.
+
+Why two mail tools: with one ``send_email`` whose attachment was an optional argument, the
+default model attached a file to 5 of the 7 plain emails of three dev conversations at Full
+KV (``results/dev_checks/agent_layout_name_first.md``). A tool whose arguments are all
+required says by its name whether a file goes along.
 """
 
 from __future__ import annotations
@@ -41,24 +46,30 @@ SPECS: tuple[dict[str, Any], ...] = (
     },
     {
         "name": "send_email",
-        "description": (
-            "Send an email from the user's account; attaches a file only when the user asks "
-            "for one."
-        ),
+        "description": "Send a plain email (no attachment) from the user's account.",
         "parameters": {
             "type": "object",
             "properties": {
                 "to": {"type": "string", "description": "Recipient email address"},
                 "subject": {"type": "string", "description": "Subject line"},
-                "attachment_file_id": {
-                    "type": "string",
-                    "description": (
-                        "file_id of the file to attach; leave out unless the user asks to "
-                        "attach a file"
-                    ),
-                },
             },
             "required": ["to", "subject"],
+        },
+    },
+    {
+        "name": "send_file",
+        "description": "Email one shared-drive file, attached, from the user's account.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "to": {"type": "string", "description": "Recipient email address"},
+                "subject": {"type": "string", "description": "Subject line"},
+                "file_id": {
+                    "type": "string",
+                    "description": "The file_id field (file_ and 8 hex digits) of the file",
+                },
+            },
+            "required": ["to", "subject", "file_id"],
         },
     },
 )
@@ -106,15 +117,18 @@ def read_file_info(world: World, file_id: str) -> dict[str, Any]:
     }
 
 
-def send_email(
-    world: World, to: str, subject: str, attachment_file_id: str | None = None
-) -> dict[str, Any]:
-    attachment = None
-    if attachment_file_id is not None:
-        file = next((f for f in world["files"] if f["file_id"] == attachment_file_id), None)
-        if file is None:
-            return {"error": f"no file with id {attachment_file_id!r} to attach"}
-        attachment = {"file_id": file["file_id"], "name": file["name"]}
+def send_email(world: World, to: str, subject: str) -> dict[str, Any]:
+    return _send(world, to, subject, None)
+
+
+def send_file(world: World, to: str, subject: str, file_id: str) -> dict[str, Any]:
+    file = next((f for f in world["files"] if f["file_id"] == file_id), None)
+    if file is None:
+        return {"error": f"no file with id {file_id!r} to attach"}
+    return _send(world, to, subject, {"file_id": file["file_id"], "name": file["name"]})
+
+
+def _send(world: World, to: str, subject: str, attachment: dict | None) -> dict[str, Any]:
     if "@" not in to:
         return {"error": f"{to!r} is not an email address"}
     email = {
@@ -138,4 +152,4 @@ def send_email(
 
 
 FUNCTIONS = {"list_files": list_files, "read_file_info": read_file_info,
-             "send_email": send_email}  # fmt: skip
+             "send_email": send_email, "send_file": send_file}  # fmt: skip

@@ -123,11 +123,11 @@ def book_flight(memo: Memo, world: World, rng: random.Random) -> Plan | None:
     turn, search, flight = chosen
     words, alone = _flight_name(rng, flight, [f for _, s in memo.searches for f in s["flights"]])
     if rng.random() < 0.5:
-        passenger, whom = world["user"]["name"], "for me"
+        passenger = world["user"]["name"]
     else:
         first = rng.choice(("Sam", "Alex", "Jordan", "Robin"))
         passenger = f"{first} {world['user']['name'].split()[-1]}"
-        whom = f"for {passenger}"
+    whom = f"for {passenger}"  # named: "for me" asked the 0.5B model for the system line's name
     if turn == memo.last_turn and alone:
         text = f"Book {words} {whom}."
     else:
@@ -155,7 +155,7 @@ def cancel_booking(memo: Memo, world: World, rng: random.Random) -> Plan | None:
     text, (turn, booking) = _pick(rng, options) or (None, (0, {}))
     if text is None:
         return None
-    call = Call("cancel_booking", {"booking_id": booking["booking_id"]})
+    call = Call("cancel_flight_booking", {"booking_id": booking["booking_id"]})
     return Plan("cancel_booking", text, call, (turn,), lambda r: "That booking is cancelled.")
 
 
@@ -208,8 +208,9 @@ def send_email(memo: Memo, world: World, rng: random.Random) -> Plan | None:
     args: dict[str, Any] = {"to": file["owner"], "subject": subject}
     text = f'Email the owner of {words} with the subject "{subject}"'
     if rng.random() < 0.4:
-        args["attachment_file_id"] = file["file_id"]
-        text += " and attach that file"
+        call = Call("send_file", {**args, "file_id": file["file_id"]})
+        return Plan("send_file", text + " and attach that file.", call, (turn,),
+                    lambda r: "The email has been sent with the file.")  # fmt: skip
     return Plan("send_email", text + ".", Call("send_email", args), (turn,),
                 lambda r: "The email has been sent.")  # fmt: skip
 
@@ -239,7 +240,7 @@ def search_products(memo: Memo, world: World, rng: random.Random) -> Plan | None
     if not todo:
         return None
     query = _pick(rng, todo)
-    text = rng.choice(("Search the store for {q}.", "Do you have any {q}?",
+    text = rng.choice(("Search the store for {q}.", "Does the store have any {q}?",
                        "I'm shopping for {q}. What's available?"))  # fmt: skip
     return Plan("search_products", text.format(q=query), Call("search_products", {"query": query}),
                 (), lambda r: f"There are {r['count']} results for {query}.")  # fmt: skip

@@ -80,7 +80,9 @@ def argument_error(name: str, arguments: Mapping[str, Any]) -> str:
 # the flight a booking is for, the items of an order). Why: asked "book flight B6 1843" or
 # "the file press_kit_v2.pptx", the default model copies the id that *follows* the name it
 # finds; with the id first (the records' previous key order) it copied a neighbour's id even at
-# Full KV. ``results/dev_checks/agent_layout.md`` measures both orders on the same dev turns.
+# Full KV: on the same 56 turns of three dev conversations, 22 right with the id first, 32 with
+# this order (``results/dev_checks/agent_layout_{id_first,name_first}.md``; orders placed 0 → 3
+# of 3, file details 0 → 5 of 7, orders cancelled 0 → 2 of 7).
 NAMED_BY: dict[str, tuple[str, ...]] = {
     "flight_id": ("flight_number", "airline", "departure"),
     "file_id": ("name",),

@@ -1,4 +1,4 @@
-"""Travel tools: ``search_flights``, ``book_flight``, ``cancel_booking``.
+"""Travel tools: ``search_flights``, ``book_flight``, ``cancel_flight_booking``.
 
 Why these three: a search returns a list whose ids and prices exist only in the tool's result,
 and a booking made from it returns a booking code that a later cancellation needs, so an agent
@@ -45,7 +45,7 @@ SPECS: tuple[dict[str, Any], ...] = (
         },
     },
     {
-        "name": "cancel_booking",
+        "name": "cancel_flight_booking",
         "description": "Cancel a flight booking by its booking id.",
         "parameters": {
             "type": "object",
@@ -139,4 +139,4 @@ def cancel_booking(world: World, booking_id: str) -> dict[str, Any]:
 
 
 FUNCTIONS = {"search_flights": search_flights, "book_flight": book_flight,
-             "cancel_booking": cancel_booking}  # fmt: skip
+             "cancel_flight_booking": cancel_booking}  # fmt: skip
