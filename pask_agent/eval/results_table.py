@@ -64,6 +64,7 @@ README_TABLES: dict[str, tuple[tuple[str, str, tuple[float, ...] | None], ...]] 
             "results/fresh/bfcl_test_fresh_sweep_paired",
             (0.25, 0.15, 0.10),
         ),
+        ("Text-to-SQL test, 5 candidates", "results/sql_b020/paired", None),
     ),
 }
 
@@ -123,7 +124,8 @@ def _rows(src: TableSource) -> list[str]:
                 versus = _interval(compare_paired(a, b))
         int4_cell = _pct(int4) if int4 else "–"
         best_cell = f"`{best['policy']}` {_pct(best)} (of {len(others)})" if best else "–"
-        link = f"[`{Path(src.link).name}`]({src.link})"
+        shown = Path(src.link).name if not src.link.endswith("sql_eval.md") else src.link
+        link = f"[`{shown.removeprefix('results/')}`]({src.link})"
         out.append(
             f"| {src.label} | {full['cases']} | {budget:.2f} | {_pct(full)} | {pask_cell} | "
             f"{int4_cell} | {best_cell} | {versus} | {b_cell} | {link} |"
