@@ -281,6 +281,17 @@ def worker_records(
             raise PaskError(f"the kvpress worker exited {proc.returncode} ({log_path}): {tail}")
 
 
+def worker_job(workload: Any, model_dir: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the side venv's worker is sent: the model folder, the case selection (so its cases
+    are the ones scored here, ``kvpress_worker.job_cases``) and the runs still to do."""
+    return {
+        "model_dir": model_dir, "split": workload.split,
+        "per_category": workload.per_category, "categories": list(workload.categories),
+        "skip_per_category": workload.skip_per_category,
+        "max_new_tokens": workload.max_new_tokens, "runs": runs,
+    }  # fmt: skip
+
+
 def evaluate(
     workload: KvpressWorkload,
     runs: Sequence[PressRun],
@@ -322,11 +333,7 @@ def evaluate(
     todo = [t for t in todo if t["case_ids"]]
     if todo:
         ours = runtime_prompts(list(cases.values()), model)
-        job = {
-            "model_dir": str(resolve_model_dir(model)), "split": workload.split,
-            "per_category": workload.per_category, "categories": list(workload.categories),
-            "max_new_tokens": workload.max_new_tokens, "runs": todo,
-        }  # fmt: skip
+        job = worker_job(workload, str(resolve_model_dir(model)), todo)
         by_key = {(r.press, r.budget): r for r in runs}
         start = time.perf_counter()
         for record in worker_records(python, job, out.with_suffix(".worker.log")):

@@ -201,12 +201,19 @@ def answer(m: Model, turn: PreparedTurn, press: Any, max_new_tokens: int) -> dic
     }
 
 
+def job_cases(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's cases by id: the same selection (split, first n per category after the
+    skipped ones) the main venv scored from."""
+    return {c.id: c for c in cases_in(
+        job["split"], per_category=job["per_category"], categories=job["categories"],
+        skip_per_category=job.get("skip_per_category", 0),
+    )}  # fmt: skip
+
+
 def run_job(job: dict[str, Any], emit: Any) -> None:
     """Every run of the job over its cases; ``emit(record)`` for each as it finishes."""
     m = Model.load(job["model_dir"])
-    cases = {c.id: c for c in cases_in(
-        job["split"], per_category=job["per_category"], categories=job["categories"]
-    )}  # fmt: skip
+    cases = job_cases(job)
     for run in job["runs"]:
         press = make_press(run["press_class"], run["compression_ratio"])
         for case_id in run["case_ids"]:

@@ -27,7 +27,7 @@ from pask_agent.eval.kvpress_peer import (
     score_record,
     usage_of,
 )
-from pask_agent.eval.kvpress_worker import Bf16Cache, prompt_digest
+from pask_agent.eval.kvpress_worker import Bf16Cache, job_cases, prompt_digest
 
 OURS = Path(__file__).resolve().parents[2] / "results" / "bfcl_test50_centered_full.jsonl"
 LAYERS, HEADS, HEAD_DIM = 24, 2, 64
@@ -67,6 +67,20 @@ def test_runs_go_budget_by_budget_with_full_once() -> None:
     ]
     assert [r.press_class for r in runs[:3]] == [None, "SnapKVPress", "KVzipPress"]
     assert set(PRESSES) >= {"snapkv", "streaming_llm", "expected_attention", "kvzip"}
+
+
+def test_the_worker_answers_the_cases_the_peer_scores_after_skipped_ones() -> None:
+    """A run past the first n per category (``--skip-per-category``): the worker's selection is
+    the peer's, so no case id the peer asks for is missing there (it once was)."""
+    from pask_agent.eval.kvpress_peer import worker_job
+
+    workload = bfcl_eval.BfclWorkload(
+        split="test", per_category=2, categories=("simple_python", "parallel"),
+        skip_per_category=100,
+    )  # fmt: skip
+    asked = [c.id for c in workload.cases()]
+    assert asked and all(int(i.rsplit("_", 1)[1]) >= 100 for i in asked)
+    assert list(job_cases(worker_job(workload, "unused", []))) == asked
 
 
 def test_bad_press_names_and_budgets_are_typed_errors() -> None:
