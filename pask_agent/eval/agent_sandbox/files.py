@@ -15,6 +15,15 @@ from typing import Any
 
 from pask_agent.eval.agent_sandbox.world import World, new_id
 
+_MAIL: dict[str, Any] = {
+    "to": {"type": "string", "description": "Recipient email address"},
+    "subject": {"type": "string", "description": "Subject line"},
+}
+_FILE_ID = {
+    "type": "string",
+    "description": "The file_id field (file_ and 8 hex digits) of the file",
+}
+
 SPECS: tuple[dict[str, Any], ...] = (
     {
         "name": "list_files",
@@ -47,28 +56,14 @@ SPECS: tuple[dict[str, Any], ...] = (
     {
         "name": "send_email",
         "description": "Send a plain email (no attachment) from the user's account.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "to": {"type": "string", "description": "Recipient email address"},
-                "subject": {"type": "string", "description": "Subject line"},
-            },
-            "required": ["to", "subject"],
-        },
+        "parameters": {"type": "object", "properties": _MAIL, "required": ["to", "subject"]},
     },
     {
         "name": "send_file",
         "description": "Email one shared-drive file, attached, from the user's account.",
         "parameters": {
             "type": "object",
-            "properties": {
-                "to": {"type": "string", "description": "Recipient email address"},
-                "subject": {"type": "string", "description": "Subject line"},
-                "file_id": {
-                    "type": "string",
-                    "description": "The file_id field (file_ and 8 hex digits) of the file",
-                },
-            },
+            "properties": {**_MAIL, "file_id": _FILE_ID},
             "required": ["to", "subject", "file_id"],
         },
     },
