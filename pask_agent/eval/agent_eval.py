@@ -1,12 +1,12 @@
 """Agent conversations that must read their history (issue 31 item 1).
 
 Each case is one conversation of the sandbox (``eval/agent_sandbox/``): 15-20 user turns over
-travel, shared-file and shop tools, whose later requests name earlier results in words ("book
-the cheapest of those flights", "email the owner of the largest file in Finance", "cancel the
-order you placed first"), so the right call needs ids, addresses and prices that only the
-history holds; by the last turn the history is 6,000-7,500 tokens of the default model's
-tokenizer. The turns run in order through one ``rt.conversation``, so each turn reuses the KV
-the earlier turns left (prefix reuse), as an agent's would. The history a turn sees is the gold
+travel, shared-file and shop tools, whose later requests name earlier results in words ("of
+the flights you found, book DL 225", "email the owner of budget_v2.xlsx", "cancel the order you
+placed first"), so the right call needs ids and addresses that only the history holds; by the
+last turn the history is 6,000-8,000 tokens of the default model's tokenizer. The turns run in
+order through one ``rt.conversation``, so each turn reuses the KV the earlier turns left (prefix
+reuse), as an agent's would. The history a turn sees is the gold
 trajectory (the gold calls and the results the tools gave them), not the model's own earlier
 answers: teacher forcing, so every turn is scored on its own and per-turn accuracy measures how
 well the model reads its (compressed) history.

@@ -133,7 +133,7 @@ def make_world(seed: int) -> World:
 
 def _flights(rng: random.Random, origin: str, dest: str, day: date) -> list[dict[str, Any]]:
     count = rng.randint(6, 7)
-    prices = rng.sample(range(89, 640), count)  # distinct: "the cheapest" names one flight
+    prices = rng.sample(range(89, 640), count)  # distinct, as a real fare table's tend to be
     departs = sorted(rng.sample(range(5 * 12, 22 * 12), count))  # distinct 5-minute slots
     durations = rng.sample(range(95, 420, 5), count)
     out = []
@@ -195,7 +195,7 @@ def _files(rng: random.Random, folder: str, colleagues: list[dict[str, Any]]) ->
 def _products(rng: random.Random, category: str) -> list[dict[str, Any]]:
     names = CATEGORIES[category]
     prices = rng.sample(range(900, 26_000, 7), len(names))
-    ratings = rng.sample(range(31, 50), len(names))  # distinct: "the best-rated" is one product
+    ratings = rng.sample(range(31, 50), len(names))  # distinct, so no two products tie
     brands = rng.sample(BRANDS, len(names))
     return [
         {
