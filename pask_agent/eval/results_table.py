@@ -119,9 +119,10 @@ def _rows(src: TableSource) -> list[str]:
             pair = paired.get(pask["label"])
             pask_cell = _pct(pask) + (f" ({_interval(pair)})" if pair else "")
             b_cell = f"{pask['mean_b']:.3f} ({pask['max_b']:.3f})"
-            a, b = (correct.get((x["policy"], x["budget"])) for x in (pask, best or pask))
-            if best is not None and a and b:
-                versus = _interval(compare_paired(a, b))
+            ours = correct.get((pask["policy"], pask["budget"]))
+            theirs = correct.get((best["policy"], best["budget"])) if best else None
+            if ours and theirs:
+                versus = _interval(compare_paired(ours, theirs))
         int4_cell = _pct(int4) if int4 else "–"
         best_cell = f"`{best['policy']}` {_pct(best)} (of {len(others)})" if best else "–"
         shown = Path(src.link).name if not src.link.endswith("sql_eval.md") else src.link
