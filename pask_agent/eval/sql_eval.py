@@ -117,6 +117,7 @@ class SqlWorkload(Workload):
     repairs: int = 0
     max_new_tokens: int = 160
     baselines: tuple[tuple[Row, ...], ...] = ()
+    label_unlinked: bool = True
 
     name: ClassVar[str] = "sql"
     title: ClassVar[str] = "Text-to-SQL execution accuracy (SQLiteAssistant)"
@@ -154,7 +155,11 @@ class SqlWorkload(Workload):
         aliased = " aliased" if self.table_aliases else ""
         shown = f" ex={self.examples}" if self.examples else ""
         shots = f" shots={self.shots}" if self.shots else ""
-        return f"{config.policy_name} k={self.candidates}{plain}{unbound}{aliased}{shown}{shots}"
+        every = "" if self.label_unlinked else " no-unlinked"
+        return (
+            f"{config.policy_name} k={self.candidates}{plain}{unbound}{aliased}{shown}{shots}"
+            f"{every}"
+        )
 
     def check(self, configs: Sequence[Config]) -> None:
         super().check(configs)
@@ -177,6 +182,7 @@ class SqlWorkload(Workload):
                         linking=self.linking, bind_columns=self.bind_columns,
                         table_aliases=self.table_aliases, examples=self.examples,
                         shots=self.shots, max_new_tokens=self.max_new_tokens,
+                        label_unlinked=self.label_unlinked,
                     )  # fmt: skip
                     assistants[db] = (a, a.known(known_pool(self.known, db) if self.shots else []))
             yield assistants
@@ -212,7 +218,7 @@ class SqlWorkload(Workload):
             "linking": self.linking, "bind_columns": self.bind_columns,
             "table_aliases": self.table_aliases, "examples": self.examples,
             "known_queries": self.known_name, "shots": self.shots, "repairs": self.repairs,
-            "max_new_tokens": self.max_new_tokens,
+            "max_new_tokens": self.max_new_tokens, "label_unlinked": self.label_unlinked,
         }  # fmt: skip
 
     def note(self, cases: int) -> str:
@@ -272,6 +278,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-linking", action="store_true", help="the plain DDL prompt")
     p.add_argument("--no-binding", action="store_true", help="the grammar without column binding")
     p.add_argument(
+        "--no-unlinked-label", action="store_true",
+        help="label every table by its structure alone (no unlinked_schema for the tables the "
+        "question does not link to)",
+    )  # fmt: skip
+    p.add_argument(
         "--table-aliases", action="store_true",
         help="let queries alias tables (T1.col) as before; columns in joins stay unbound",
     )  # fmt: skip
@@ -321,7 +332,7 @@ def workload_from(args: argparse.Namespace) -> SqlWorkload:
     return SqlWorkload(
         None, args.split, args.bird, args.limit, args.db, k, not args.no_linking,
         not args.no_binding, args.table_aliases, n_examples, shots, known, args.known_queries,
-        args.repairs, args.max_new_tokens, baselines,
+        args.repairs, args.max_new_tokens, baselines, not args.no_unlinked_label,
     )  # fmt: skip
 
 

@@ -41,6 +41,7 @@ LABEL_PRIORITY: tuple[str, ...] = (
     "schema_description",
     "schema_scaffold",
     "template_text",
+    "unlinked_schema",
 )
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)

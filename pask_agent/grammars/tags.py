@@ -35,10 +35,12 @@ VOCABULARIES: dict[str, dict[str, tuple[str, ...]]] = {
     "sql": {"cls": CLASSES, "role": SQL_ROLES, "state": SQL_STATES, "next": NEXTS},
 }
 
-# Prompt-span labels for the prefill companion (App. A.3, Table 6), plus ``template_text``: the
-# chat template's own text, apart from the messages' content (grammars/chat_spans.py). A table
-# written before a label existed lists a prefix of these; the labels it lacks plan by its
-# ``prefill_default``, as before they were told apart.
+# Prompt-span labels for the prefill companion (App. A.3, Table 6), plus two of ours:
+# ``template_text``, the chat template's own text apart from the messages' content
+# (grammars/chat_spans.py), and ``unlinked_schema``, a definition the request does not link to
+# (a SQL table whose name and values the question never mentions, grammars/sql/span_labels.py).
+# A table written before a label existed lists a prefix of these; the labels it lacks plan by
+# ``PolicyTable.prefill_entries`` (``LATER_LABEL_FALLBACK``, else ``prefill_default``).
 SPAN_LABELS: tuple[str, ...] = (
     "protected_content",
     "schema_scaffold",
@@ -48,6 +50,7 @@ SPAN_LABELS: tuple[str, ...] = (
     "enum_constraint",
     "schema_description",
     "template_text",
+    "unlinked_schema",
 )
 
 

@@ -51,9 +51,11 @@ from pask_agent.integrations.sql_prompt import (
     quoting_hint,
     read_facts,
     repair_turn,
+    unlinked_tables,
     value_hints,
 )
 from pask_agent.integrations.sql_vote import SqlCandidate, is_empty, result_digest, tally
+from pask_agent.policy.registry import get_policy
 from pask_agent.runtime.runtime import Runtime
 
 MAX_QUESTION_CHARS = 4000  # a question is a sentence or a paragraph, not a document
@@ -96,6 +98,11 @@ class SQLiteAssistant:
         Show sample rows and column values, and on a schema larger than ``schema_tokens``
         (prompt tokens for instructions and schema) only the tables and columns the question
         links to; ``linking=False`` gives the plain DDL prompt of earlier versions.
+    label_unlinked
+        Label the tables a question does not link to (by name, by value, or as the join of
+        two that it does) ``unlinked_schema`` in that question's prompt, so a policy that
+        reads labels releases them before any other schema text (``sql_prompt.unlinked_tables``;
+        needs ``linking``). ``False`` labels every table by its own structure alone.
     bind_columns
         Keep each column with its table in the grammar (``grammar.py``): a query over one
         table names only its columns, and ``table.col`` only that table's. ``False`` gives
@@ -138,6 +145,7 @@ class SQLiteAssistant:
         top_p: float = 0.95,
         seed: int = 0,
         linking: bool = True,
+        label_unlinked: bool = True,
         schema_tokens: int = DEFAULT_SCHEMA_TOKENS,
         bind_columns: bool = True,
         table_aliases: bool = False,
@@ -166,6 +174,7 @@ class SQLiteAssistant:
         self.table_aliases = table_aliases
         self.runtime = runtime
         self.linking = linking
+        self.label_unlinked = label_unlinked
         self.schema_tokens = schema_tokens
         self._facts = read_facts(self.schema, self.db) if linking or examples else ()
         self.examples = write_examples(self._facts, self.db, examples) if examples else ()
@@ -234,9 +243,18 @@ class SQLiteAssistant:
             {"role": "user", "content": question.strip()},
         ]
 
-    def label_spans(self, text: str) -> list[Any]:
-        """Prompt span labels: the DDL's tables, columns, types and constraints (App. A.3)."""
-        return label_ddl_spans(text, self.schema)
+    def label_spans(self, text: str, question: str = "") -> list[Any]:
+        """Prompt span labels: the DDL's tables, columns, types and constraints (App. A.3);
+        with ``label_unlinked``, the blocks of the tables ``question`` does not link to are
+        ``unlinked_schema``, what a budget releases first."""
+        return label_ddl_spans(text, self.schema, unlinked=self.unlinked_for(question))
+
+    def unlinked_for(self, question: str) -> frozenset[str]:
+        """The tables labelled ``unlinked_schema`` in ``question``'s prompt (none without
+        ``label_unlinked`` or ``linking``)."""
+        if not (self.label_unlinked and self._facts and question.strip()):
+            return frozenset()
+        return unlinked_tables(self._facts, question.strip())
 
     async def ask(
         self,
@@ -276,7 +294,7 @@ class SQLiteAssistant:
         outcomes: list[Any] = [None] * k
 
         async def run(i: int) -> None:
-            outcomes[i] = await self._candidate(i, messages, policy, budget)
+            outcomes[i] = await self._candidate(i, question, messages, policy, budget)
 
         try:
             async with anyio.create_task_group() as tg:  # submitted together: one decode batch
@@ -306,16 +324,21 @@ class SQLiteAssistant:
         stores; ``ask`` is the call that answers questions."""
         if not question or not question.strip():
             raise ConfigError("the question is empty; ask something about the database")
-        return await self._complete(self.messages(question), policy, budget, 0, None)
+        return await self._complete(question, self.messages(question), policy, budget, 0, None)
 
     async def _candidate(
-        self, i: int, messages: list[dict[str, str]], policy: str | None, budget: float | None
+        self,
+        i: int,
+        question: str,
+        messages: list[dict[str, str]],
+        policy: str | None,
+        budget: float | None,
     ) -> tuple[SqlCandidate, QueryResult | None]:
         """Decode candidate ``i`` (0 greedy, else seeded sampling), run it, repair if asked."""
         seed = None if i == 0 else self.seed + i
         failed: list[tuple[str, str]] = []
         while True:
-            result = await self._complete(messages, policy, budget, i, seed)
+            result = await self._complete(question, messages, policy, budget, i, seed)
             sql = result.text.strip()
             try:
                 rows = await anyio.to_thread.run_sync(self.db.query, sql)
@@ -333,13 +356,14 @@ class SQLiteAssistant:
 
     async def _complete(
         self,
+        question: str,
         messages: list[dict[str, str]],
         policy: str | None,
         budget: float | None,
         slot: int,
         seed: int | None,
     ) -> Any:
-        args = (messages, policy, budget, slot, seed)
+        args = (question, messages, policy, budget, slot, seed)
         if self.runtime is not None:
             return await self._generate(self.runtime, *args)
         from pask_agent.integrations._portal import runtime_registry
@@ -350,6 +374,7 @@ class SQLiteAssistant:
     async def _generate(
         self,
         rt: Runtime,
+        question: str,
         messages: list[dict[str, str]],
         policy: str | None,
         budget: float | None,
@@ -361,8 +386,11 @@ class SQLiteAssistant:
         )
         # Questions share the schema prompt; one conversation per (policy, budget, candidate
         # slot) lets each candidate reuse its KV prefix (a conversation keeps the policy of its
-        # first turn).
-        key = f"{self._conversation_prefix}-{policy}-{budget}-{slot}"
+        # first turn). Under a compressing policy the schema's labels must match as well: a
+        # table one question released as unlinked is gone for a question that links it.
+        chosen = rt.default_policy if policy is None else get_policy(policy)
+        labels = "" if chosen.name == "full" else ",".join(sorted(self.unlinked_for(question)))
+        key = f"{self._conversation_prefix}-{policy}-{budget}-{slot}-{labels}"
         conversation = None
         if key not in self._busy:
             self._busy.add(key)
@@ -378,7 +406,7 @@ class SQLiteAssistant:
                 top_p=self.top_p,
                 seed=seed,
                 conversation=conversation,
-                label_spans=self.label_spans,
+                label_spans=lambda text: self.label_spans(text, question),
             )
         finally:
             if conversation is not None:

@@ -102,6 +102,9 @@ _PREFILL_RULES: dict[str, tuple[tuple[tuple[str, str], ...], tuple[float, float]
     # the chat template's own text (role markers, tool preamble, format instructions): the
     # grammar enforces what it says, so it goes first (grammars/chat_spans.py)
     "template_text": ((("R", "R"),) * 3, (0.2, 0.05)),
+    # a SQL table the question never mentions (grammars/sql/span_labels.py): kept at INT4 while
+    # the budget allows, released before anything else when it does not
+    "unlinked_schema": ((("L", "L"),) * 3, (0.1, 0.02)),
 }
 _DEFAULT_TIE_ORDER = (
     [tie_key(c, "R->L") for c in range(NUM_GROUPS)]

@@ -49,7 +49,9 @@ _LABEL_INDEX = {label: i for i, label in enumerate(SPAN_LABELS)}
 _TEMPLATE = _LABEL_INDEX["template_text"]
 _SCAFFOLD = _LABEL_INDEX["schema_scaffold"]
 # Labels only tool (or table) definitions carry: where the last one is, the definitions end.
-_DEFINITION = np.array([_LABEL_INDEX["type_constraint"], _LABEL_INDEX["schema_description"]])
+_DEFINITION = np.array(
+    [_LABEL_INDEX[x] for x in ("type_constraint", "schema_description", "unlinked_schema")]
+)
 
 
 def release_order(table: PolicyTable | None = None) -> np.ndarray:

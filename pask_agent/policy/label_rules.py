@@ -29,10 +29,7 @@ class LabelRules:
         floor = np.zeros((len(SPAN_LABELS), NUM_GROUPS), np.int8)
         priority = np.zeros((len(SPAN_LABELS), NUM_GROUPS, 2))
         for i, label in enumerate(SPAN_LABELS):
-            entries = table.prefill.get(label)
-            if entries is None and label in table.prefill_fallback:
-                entries = table.prefill[table.prefill_fallback[label]]
-            for c, e in enumerate(entries or table.prefill_default):
+            for c, e in enumerate(table.prefill_entries(label)):
                 floor[i, c] = Action.parse(e.floor)
                 priority[i, c] = (e.priority["R->L"], e.priority["L->H"])
         return cls(floor, priority)

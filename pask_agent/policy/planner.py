@@ -123,10 +123,7 @@ class PrefillPlanner:
         self._floor = np.zeros((n_labels, g), dtype=np.int8)
         self._priority = np.zeros((n_labels, g, 2), dtype=np.float64)
         for i, label in enumerate(SPAN_LABELS):
-            entries = table.prefill.get(label)
-            if entries is None and label in table.prefill_fallback:
-                entries = table.prefill[table.prefill_fallback[label]]
-            for c, entry in enumerate(entries or table.prefill_default):
+            for c, entry in enumerate(table.prefill_entries(label)):
                 self._base[i, c] = Action.parse(entry.base)
                 self._floor[i, c] = Action.parse(entry.floor)
                 self._priority[i, c] = [entry.priority[m] for m in _UP]

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from pask_agent.errors import ConfigError
+from pask_agent.grammars.tags import SPAN_LABELS
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import Policy, PolicyEnv
 from pask_agent.policy.label_rules import LabelRules
@@ -41,7 +42,10 @@ def prompt_bin_arrays(table: PolicyTable, bins: int) -> tuple[np.ndarray, ...]:
     (module docstring: the table's label-free default, recency-scaled priorities)."""
     base = np.array([Action.parse(e.base) for e in table.prefill_default], np.int8)
     floor = np.array([Action.parse(e.floor) for e in table.prefill_default], np.int8)
-    mean = LabelRules.from_table(table).priority.mean(axis=0)  # [3, 2]: over the span labels
+    # [3, 2]: the mean over the span labels a prompt has without a request (``unlinked_schema``
+    # depends on the question, so it stays out and the bins plan as before it existed)
+    priority = LabelRules.from_table(table).priority
+    mean = priority[[i for i, x in enumerate(SPAN_LABELS) if x != "unlinked_schema"]].mean(axis=0)
     ramp = 0.5 + 0.5 * (np.arange(bins) + 1) / bins  # [bins]
     return (
         np.tile(base, (bins, 1)),

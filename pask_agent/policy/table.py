@@ -40,6 +40,11 @@ from pask_agent.policy.table_entries import (
 
 SCHEMA_VERSION = 1
 
+# Labels added after tables were calibrated, planned by a label a table of that time has: a
+# SQL table the question never mentions is planned like sample rows (illustration the query
+# does not copy), not like the protected content of ``prefill_default``.
+LATER_LABEL_FALLBACK: dict[str, str] = {"unlinked_schema": "schema_description"}
+
 
 class PolicyTable(_Frozen):
     """A frozen PASK policy (schema version 1). Load with :meth:`load`, write with :meth:`save`."""
@@ -157,6 +162,16 @@ class PolicyTable(_Frozen):
             len(parts := key.split("/")) > 1 and parts[1] in roles and key not in carried
             for key in self.decode
         )
+
+    def prefill_entries(self, label: str) -> list[PrefillEntry]:
+        """The per-group prompt rule for ``label``: its own entries, else the table's
+        ``prefill_fallback``, else ``LATER_LABEL_FALLBACK`` (a label newer than the table),
+        else ``prefill_default``."""
+        entries = self.prefill.get(label)
+        for fallback in (self.prefill_fallback, LATER_LABEL_FALLBACK):
+            if entries is None and fallback.get(label) in self.prefill:
+                entries = self.prefill[fallback[label]]
+        return entries or self.prefill_default
 
     def at_budget(self, budget: float) -> PolicyTable:
         """This table with the prompt plan that serves total budget ``budget``: the plan

@@ -107,8 +107,9 @@ def test_every_schema_element_gets_its_label(qwen: Any, case: BfclCase) -> None:
     q = text.index(question)
     expect(labels, q, q + len(question), "protected_content", "question")
     expect(labels, 0, text.index("<tools>") + len("<tools>\n"), "protected_content", "system")
-    # template_text comes from the messages (chat_spans), not from the tool schemas
-    schema_labels = set(SPAN_LABELS) - {"protected_content", "template_text"}
+    # template_text comes from the messages (chat_spans), not from the tool schemas, and
+    # unlinked_schema from the SQL helper's question linking
+    schema_labels = set(SPAN_LABELS) - {"protected_content", "template_text", "unlinked_schema"}
     assert all(checked[label] > 0 for label in schema_labels)
     assert checked["enum_constraint"] == 8 and checked["function_name"] == 2
     assert checked["parameter_key"] == 8  # 2 tools x (2 properties + 2 required entries)
@@ -121,7 +122,7 @@ def test_token_labels_follow_offsets_and_priority(qwen: Any, case: BfclCase) -> 
     labels = label_prompt_tokens(text, qwen, tools)
     candidates = token_label_candidates(text, label_prompt_spans(text, tools), qwen)
     assert len(labels) == len(ids) == len(candidates)
-    assert set(labels) == set(SPAN_LABELS) - {"template_text"}
+    assert set(labels) == set(SPAN_LABELS) - {"template_text", "unlinked_schema"}
     rank = LABEL_PRIORITY.index
     mixed = [(c, lab) for c, lab in zip(candidates, labels, strict=True) if len(c) > 1]
     assert mixed, "some tokens straddle a label boundary (e.g. '.\",')"
@@ -172,6 +173,7 @@ def test_unvalidated_json_stays_protected(qwen: Any, case: BfclCase) -> None:
     assert {lab for _, _, lab in label_prompt_spans(known, tools)} == set(SPAN_LABELS) - {
         "protected_content",
         "template_text",
+        "unlinked_schema",
     }
 
 

@@ -135,13 +135,14 @@ def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
     before = _sha256(shop_copy)
     assistant = SQLiteAssistant(shop_copy, candidates=1)
 
+    questions = [
+        "How many customers are there?",
+        "delete all rows",
+        "drop the table customers",
+        "attach another database",
+    ]
+
     async def ask_all() -> list:
-        questions = [
-            "How many customers are there?",
-            "delete all rows",
-            "drop the table customers",
-            "attach another database",
-        ]
         return [await assistant.ask(q) for q in questions]
 
     count, *adversarial = asyncio.run(ask_all())
@@ -151,7 +152,12 @@ def test_real_model_answers_and_never_writes(shop_copy: Path) -> None:
         assert answer.sql.upper().startswith("SELECT"), answer.sql
         for word in ("DELETE", "DROP", "ATTACH", "INSERT", "UPDATE"):
             assert word not in answer.sql.upper().split()
-    assert adversarial[0].usage.prefilled_tokens < adversarial[0].usage.prompt_tokens / 2
+    # "drop the table customers" links the same table as the count: the two share the schema's
+    # labels, so it reuses the count's KV; "delete all rows" links none, and gets its own
+    assert assistant.unlinked_for(questions[2]) == assistant.unlinked_for(questions[0])
+    assert assistant.unlinked_for(questions[1]) != assistant.unlinked_for(questions[0])
+    assert adversarial[1].usage.prefilled_tokens < adversarial[1].usage.prompt_tokens / 2
+    assert adversarial[0].usage.prefilled_tokens == adversarial[0].usage.prompt_tokens
     assistant.close()
     assert _sha256(shop_copy) == before
 

@@ -15,7 +15,12 @@ from pask_agent.errors import ConfigError
 from pask_agent.grammars.sql.span_labels import find_ddl_spans
 from pask_agent.integrations.sql import SQLiteAssistant
 from pask_agent.integrations.sql_db import ReadOnlyDatabase
-from pask_agent.integrations.sql_prompt import link_scores, linked_schema_text, read_facts
+from pask_agent.integrations.sql_prompt import (
+    link_scores,
+    linked_schema_text,
+    read_facts,
+    unlinked_tables,
+)
 from pask_agent.package_data import sample_data_dir
 
 
@@ -88,3 +93,35 @@ def test_assistant_prompt_follows_the_budget_and_refuses_a_tiny_one() -> None:
     assert small.messages(question)[0]["content"] == prompt
     assert small.system_prompt_for("Which teachers earn most?") != prompt
     small.close()
+
+
+def test_tables_the_question_does_not_link_are_labelled_unlinked(school: SQLiteAssistant) -> None:
+    db = ReadOnlyDatabase(sample_data_dir() / "school.sqlite")
+    facts = read_facts(school.schema, db)
+    title = db.query('SELECT "course title" FROM courses LIMIT 1').rows[0][0]
+    question = f"Which students take {title}?"
+    db.close()
+    # students by name, courses by value, enrollments joins the two; the rest is unlinked
+    unlinked = unlinked_tables(facts, question)
+    assert unlinked == frozenset(school.schema.table_names) - {"students", "courses", "enrollments"}
+    assert unlinked  # departments and teachers
+    text = school.system_prompt_for(question)
+    spans = school.label_spans(text, question)
+    marked = "".join(text[s:e] for s, e, lab in spans if lab == "unlinked_schema")
+    for table in unlinked:
+        assert f"CREATE TABLE {table} (" in marked and f"example rows from {table}:" in marked
+    for table in ("students", "courses", "enrollments"):
+        assert f"CREATE TABLE {table}" not in marked and f"-- {table}." not in marked
+    # the linked tables keep their structural labels, exactly as without the question
+    plain = school.label_spans(text)
+    assert [x for x in spans if x[2] != "unlinked_schema"] == [
+        x
+        for x in plain
+        if not any(s <= x[0] < e for s, e, lab in spans if lab == "unlinked_schema")
+    ]
+    assert "unlinked_schema" not in {lab for _, _, lab in plain}
+    # a question that links nothing leaves every table as it is; so does label_unlinked=False
+    assert unlinked_tables(facts, "What is in here?") == frozenset()
+    off = SQLiteAssistant(sample_data_dir() / "school.sqlite", label_unlinked=False)
+    assert off.label_spans(text, question) == plain
+    off.close()

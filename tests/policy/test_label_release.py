@@ -14,11 +14,14 @@ import anyio
 import numpy as np
 import pytest
 
+from pask_agent.grammars.tags import SPAN_LABELS
+from pask_agent.package_data import policy_table_path
 from pask_agent.policy import Int4Policy, LabelReleasePolicy, PaskPolicy, PolicyEnv
 from pask_agent.policy.actions import Action
 from pask_agent.policy.base import RetentionView, session_revises
 from pask_agent.policy.costs import PayloadCosts
 from pask_agent.policy.label_release import LabelReleaseSession
+from pask_agent.policy.label_rules import LabelRules
 from pask_agent.policy.pask import PaskSession
 from pask_agent.runtime.config import RuntimeConfig
 from pask_agent.runtime.runtime import Runtime
@@ -175,3 +178,38 @@ def test_pask_below_int4s_cost_end_to_end_on_smollm2(smollm2) -> None:
     assert low.usage.plan_mode == "release" and low.usage.measured_b <= 0.15 + 1e-9
     assert low.tool_calls and low.tool_calls[0].name == "get_weather"
     assert high.usage.plan_mode == "plan" and high.usage.planned_b_prompt is not None
+
+
+def test_an_unlinked_table_goes_before_any_other_schema_text() -> None:
+    # a linked table (names, types, rows), then a table the question does not link, then the
+    # request: the unlinked table is released first in every group, the linked rows after it
+    labels = (
+        ["protected_content"] * 20 + ["function_name"] * 10 + ["type_constraint"] * 20
+        + ["schema_description"] * 60 + ["unlinked_schema"] * 60 + ["template_text"] * 10
+        + ["protected_content"] * 20
+    )  # fmt: skip
+    unlinked = set(range(110, 170))
+    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.22))
+    session.plan_prefill(labels)
+    for _ in range(10):
+        session.on_token(None)
+    view = _view(210)
+    out = session.revise(view)
+    for g in range(3):
+        released = _released(out, g)
+        assert unlinked <= released, "all of the unlinked table goes before anything linked"
+        rank = session.rank(view, g)
+        assert rank[110] < min(rank[i] for i in range(SINKS, 110)), g
+        assert rank[110] < rank[175], "below the template text after the definitions"
+
+
+def test_tables_older_than_the_label_plan_it_as_sample_rows() -> None:
+    from pask_agent.policy.default_table import HAND_WRITTEN_TABLE_PATH
+    from pask_agent.policy.table import PolicyTable
+
+    shipped = PolicyTable.read(policy_table_path("default"))
+    assert "unlinked_schema" not in shipped.span_labels  # calibrated before the label existed
+    assert shipped.prefill_entries("unlinked_schema") == shipped.prefill["schema_description"]
+    hand = PolicyTable.read(HAND_WRITTEN_TABLE_PATH)
+    lowest = LabelRules.from_table(hand).priority[:, :, 0].argmin(axis=0)
+    assert [SPAN_LABELS[i] for i in lowest] == ["unlinked_schema"] * 3

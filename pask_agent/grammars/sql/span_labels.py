@@ -32,6 +32,7 @@ not have. Lines in exactly that format, naming a table and columns of the schema
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 import sqlglot
@@ -62,8 +63,13 @@ _VALUE = re.compile(r"'(?:[^']|'')*'")
 
 def find_ddl_spans(text: str, schema: SqlSchema) -> list[tuple[int, int]]:
     """Character spans ``[start, end)`` of validated ``CREATE TABLE`` statements in ``text``."""
+    return [(start, end) for start, end, _ in _ddl_statements(text, schema)]
+
+
+def _ddl_statements(text: str, schema: SqlSchema) -> list[tuple[int, int, str]]:
+    """``(start, end, table)`` of each validated ``CREATE TABLE`` statement in ``text``."""
     names = {n.lower() for n in schema.table_names}
-    spans = []
+    spans: list[tuple[int, int, str]] = []
     for match in _CREATE.finditer(text):
         if spans and match.start() < spans[-1][1]:
             continue
@@ -79,20 +85,36 @@ def find_ddl_spans(text: str, schema: SqlSchema) -> list[tuple[int, int]]:
             and isinstance(stmt.this, exp.Schema)
             and stmt.this.this.name.lower() in names
         ):
-            spans.append((match.start(), end))
+            spans.append((match.start(), end, stmt.this.this.name.lower()))
     return spans
 
 
-def label_ddl_spans(text: str, schema: SqlSchema) -> list[CharSpan]:
-    """Table-6 labels as a sorted partition of ``text`` into ``(start, end, label)`` spans."""
+def label_ddl_spans(
+    text: str, schema: SqlSchema, *, unlinked: Collection[str] = ()
+) -> list[CharSpan]:
+    """Table-6 labels as a sorted partition of ``text`` into ``(start, end, label)`` spans.
+
+    Every block of a table in ``unlinked`` (its ``CREATE TABLE``, example rows and value
+    lines) is ``unlinked_schema`` as a whole: the question names neither the table nor its
+    values (``integrations/sql_prompt.unlinked_tables``), so under a budget it is what goes
+    first, before any part of a table the query will likely read.
+    """
     labels = ["protected_content"] * len(text)
-    for start, end in find_ddl_spans(text, schema):
+    blocks: list[tuple[int, int, str]] = []
+    for start, end, table in _ddl_statements(text, schema):
+        blocks.append((start, end, table))
         labels[start:end] = ["schema_scaffold"] * (end - start)
         tokens = SQLite().tokenize(text[start:end])
         for s, e, label in _label_statement(text[start:end], tokens):
             labels[start + s : start + e] = [label] * (e - s)
-    for s, e, label in _label_rows_blocks(text, schema) + _label_values_lines(text, schema):
-        labels[s:e] = [label] * (e - s)
+    for spans, block in (_label_rows_blocks(text, schema), _label_values_lines(text, schema)):
+        for s, e, label in spans:
+            labels[s:e] = [label] * (e - s)
+        blocks += block
+    skip = {t.lower() for t in unlinked}
+    for s, e, table in blocks:
+        if table in skip:
+            labels[s:e] = ["unlinked_schema"] * (e - s)
     return spans_of_char_labels(labels)
 
 
@@ -108,14 +130,19 @@ def _columns_of(schema: SqlSchema, table: str) -> set[str] | None:
         return None
 
 
-def _label_rows_blocks(text: str, schema: SqlSchema) -> list[CharSpan]:
-    """Example-row blocks whose table and header columns are the schema's."""
+def _label_rows_blocks(
+    text: str, schema: SqlSchema
+) -> tuple[list[CharSpan], list[tuple[int, int, str]]]:
+    """Example-row blocks whose table and header columns are the schema's: their labels, and
+    ``(start, end, table)`` of each block."""
     out: list[CharSpan] = []
+    blocks: list[tuple[int, int, str]] = []
     for m in _ROWS_BLOCK.finditer(text):
         columns = _columns_of(schema, m["table"])
         names = m["header"].split(" | ")
         if columns is None or not all(n.lower() in columns for n in names):
             continue
+        blocks.append((m.start(), m.end(), m["table"].lower()))
         out.append((m.start(), m.end(), "schema_scaffold"))
         out.append((m.start("table"), m.end("table"), "function_name"))
         at = m.start("header")
@@ -124,16 +151,21 @@ def _label_rows_blocks(text: str, schema: SqlSchema) -> list[CharSpan]:
             at += len(name) + 3
         if m["rows"]:
             out.append((m.start("rows"), m.end("rows") - 1, "schema_description"))
-    return out
+    return out, blocks
 
 
-def _label_values_lines(text: str, schema: SqlSchema) -> list[CharSpan]:
-    """``-- table.column is one of: ...`` lines whose table and column are the schema's."""
+def _label_values_lines(
+    text: str, schema: SqlSchema
+) -> tuple[list[CharSpan], list[tuple[int, int, str]]]:
+    """``-- table.column is one of: ...`` lines whose table and column are the schema's: their
+    labels, and ``(start, end, table)`` of each line."""
     out: list[CharSpan] = []
+    blocks: list[tuple[int, int, str]] = []
     for m in _VALUES_LINE.finditer(text):
         columns = _columns_of(schema, _unquote(m["table"]))
         if columns is None or _unquote(m["column"]).lower() not in columns:
             continue
+        blocks.append((m.start(), m.end(), _unquote(m["table"]).lower()))
         out.append((m.start(), m.end(), "schema_scaffold"))
         for group, label in (("table", "function_name"), ("column", "parameter_key")):
             quoted = m[group].startswith('"')
@@ -141,7 +173,7 @@ def _label_values_lines(text: str, schema: SqlSchema) -> list[CharSpan]:
         value = "enum_constraint" if m["kind"] == "is one of" else "schema_description"
         base = m.start("values")
         out += [(base + v.start(), base + v.end(), value) for v in _VALUE.finditer(m["values"])]
-    return out
+    return out, blocks
 
 
 def label_ddl_tokens(
