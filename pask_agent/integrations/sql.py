@@ -386,10 +386,11 @@ class SQLiteAssistant:
         )
         # Questions share the schema prompt; one conversation per (policy, budget, candidate
         # slot) lets each candidate reuse its KV prefix (a conversation keeps the policy of its
-        # first turn). Under a compressing policy the schema's labels must match as well: a
-        # table one question released as unlinked is gone for a question that links it.
+        # first turn). Under a policy that reads labels the schema's labels must match as
+        # well: a table one question released as unlinked is gone for one that links it.
         chosen = rt.default_policy if policy is None else get_policy(policy)
-        labels = "" if chosen.name == "full" else ",".join(sorted(self.unlinked_for(question)))
+        labelled = chosen.needs_labels
+        labels = ",".join(sorted(self.unlinked_for(question))) if labelled else ""
         key = f"{self._conversation_prefix}-{policy}-{budget}-{slot}-{labels}"
         conversation = None
         if key not in self._busy:
