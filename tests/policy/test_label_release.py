@@ -44,6 +44,18 @@ def _released(demotions: list[Any], group: int) -> set[int]:
     return {p for d in demotions if d.group == group and d.action == Action.R for p in d.positions}
 
 
+def _revised(
+    labels: list[str], budget: float, *, answer_tokens: int
+) -> tuple[LabelReleaseSession, RetentionView, list[Any]]:
+    """A session that planned ``labels``, decoded ``answer_tokens``, and revised once."""
+    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, budget))
+    session.plan_prefill(labels)
+    for _ in range(answer_tokens):
+        session.on_token(None)
+    view = _view(len(labels) + answer_tokens)
+    return session, view, session.revise(view)
+
+
 def test_the_lowest_ranked_labels_go_first_and_the_answer_last() -> None:
     # 200 prompt tokens: the request, descriptions, then types; 40 answer tokens. The shipped
     # table ranks the request above both in every layer group.
@@ -78,12 +90,7 @@ def test_the_template_after_the_definitions_outlasts_the_scaffold() -> None:
     )  # fmt: skip
     header, tail = set(range(SINKS, 40)), set(range(160, 190))
     scaffold = set(range(40, 100)) | set(range(150, 160))
-    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.22))
-    session.plan_prefill(labels)
-    for _ in range(10):
-        session.on_token(None)
-    view = _view(230)
-    out = session.revise(view)
+    session, view, out = _revised(labels, 0.22, answer_tokens=10)
     for g in range(3):
         released = _released(out, g)
         assert header <= released and tail.isdisjoint(released)
@@ -189,12 +196,7 @@ def test_an_unlinked_table_goes_before_any_other_schema_text() -> None:
         + ["protected_content"] * 20
     )  # fmt: skip
     unlinked = set(range(110, 170))
-    session = LabelReleasePolicy().start(PolicyEnv(COSTS, SINKS, WINDOW, 0.22))
-    session.plan_prefill(labels)
-    for _ in range(10):
-        session.on_token(None)
-    view = _view(210)
-    out = session.revise(view)
+    session, view, out = _revised(labels, 0.22, answer_tokens=10)
     for g in range(3):
         released = _released(out, g)
         assert unlinked <= released, "all of the unlinked table goes before anything linked"
