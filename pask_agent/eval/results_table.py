@@ -64,6 +64,7 @@ README_TABLES: dict[str, tuple[tuple[str, str, tuple[float, ...] | None], ...]] 
             "results/fresh/bfcl_test_fresh_sweep_paired",
             (0.25, 0.15, 0.10),
         ),
+        ("Text-to-SQL test, 5 candidates", "results/sql_b033_linked/paired", (0.33,)),
         ("Text-to-SQL test, 5 candidates", "results/sql_b020_linked/paired", None),
     ),
 }
